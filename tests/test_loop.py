@@ -1,0 +1,57 @@
+import math
+
+import pytest
+import torch
+
+from trainables import loop
+from trainables.loop import train_loop
+from trainables.session import PlainSession
+from trainables.step import TrainStep
+
+from conftest import digits_config
+
+REQUIRED = {"epoch", "status", "train_loss", "val_loss", "val_acc", "lr", "samples_per_s", "epoch_s", "sparsity"}
+
+
+def test_three_epochs_on_digits_reach_90_percent(cache_dir):
+    s = PlainSession("cpu")
+    m = train_loop(digits_config(cache_dir, epochs=3, width=1.0), s)
+    assert [r["epoch"] for r in s.reports] == [1, 2, 3]
+    assert all(REQUIRED <= set(r) and r["status"] == "ok" for r in s.reports)
+    assert m["val_acc"] >= 0.9, m
+
+
+@pytest.mark.parametrize("optimizer,scheduler", [("adamw", "onecycle"), ("sgd", "plateau"), ("sgd", "none")])
+def test_optimizers_and_schedules_run(cache_dir, optimizer, scheduler):
+    s = PlainSession("cpu")
+    lr = 0.003 if optimizer == "adamw" else 0.05
+    train_loop(digits_config(cache_dir, epochs=2, optimizer=optimizer, scheduler=scheduler, lr=lr,
+                             warmup_epochs=0.5 if scheduler == "none" else 0, max_steps_per_epoch=5), s)
+    assert all(r["status"] == "ok" and math.isfinite(r["val_loss"]) for r in s.reports)
+
+
+def test_pruning_in_the_loop_reports_sparsity(cache_dir):
+    s = PlainSession("cpu")
+    train_loop(digits_config(cache_dir, epochs=3, prune_amount=0.5, prune_start_epoch=2, prune_end_epoch=3,
+                             max_steps_per_epoch=4), s)
+    assert [round(r["sparsity"], 2) for r in s.reports] == [0.0, 0.25, 0.5]
+
+
+def test_divergence_ends_the_trial_with_a_finite_metric(cache_dir, monkeypatch):
+    def nan_loss(cfg, impl):
+        return lambda logits, y: torch.nn.functional.cross_entropy(logits, y) * float("nan")
+    monkeypatch.setattr(loop, "make_loss", nan_loss)
+    s = PlainSession("cpu")
+    m = train_loop(digits_config(cache_dir, epochs=2, max_nonfinite_steps=3), s)
+    assert m["status"] == "diverged" and s.reports[-1]["status"] == "diverged"
+    assert all(math.isfinite(v) for v in (m["val_acc"], m["val_loss"], m["train_loss"]))
+
+
+def test_out_of_memory_ends_the_trial_as_infeasible(cache_dir, monkeypatch):
+    def oom(self, group):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+    monkeypatch.setattr(TrainStep, "__call__", oom)
+    s = PlainSession("cpu")
+    m = train_loop(digits_config(cache_dir, epochs=2), s)
+    assert m["status"] == "infeasible" and len(s.reports) == 1
+    assert math.isfinite(m["val_loss"]) and m["val_acc"] == 0.0

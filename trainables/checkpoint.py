@@ -1,0 +1,115 @@
+"""Structured checkpoints: written atomically, read only with weights_only=True.
+
+The file holds plain values and tensors only (RNG states as tensors, the config as a
+dict), so `torch.load(weights_only=True)` reads it and a pickle payload never runs.
+"""
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+FORMAT = "tuner-checkpoint-v1"
+FILENAME = "checkpoint.pt"
+
+
+class CheckpointError(RuntimeError):
+    """A file that is not a readable tuner checkpoint."""
+
+
+def git_revision() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                             timeout=5, cwd=Path(__file__).resolve().parent)
+        return out.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def package_version() -> str:
+    try:
+        from importlib.metadata import version
+        return version("tuner")
+    except Exception:  # running from a source tree that is not installed (e.g. the GPU machine)
+        return "0+source"
+
+
+def rng_state() -> dict[str, Any]:
+    state = {"torch": torch.get_rng_state(),
+             "python": torch.tensor(random.getstate()[1], dtype=torch.int64)}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"].cpu())
+    py = tuple(int(v) for v in state["python"].tolist())
+    random.setstate((3, py, None))
+    if "cuda" in state and torch.cuda.is_available():
+        cuda = [s.cpu() for s in state["cuda"]][: torch.cuda.device_count()]
+        torch.cuda.set_rng_state_all(cuda)
+
+
+def strip_prefix(state_dict: dict[str, torch.Tensor], prefix: str = "module.") -> dict[str, torch.Tensor]:
+    """DDP and torch.compile wrap the model; their keys carry a prefix the bare model lacks."""
+    return {(k[len(prefix):] if k.startswith(prefix) else k): v for k, v in state_dict.items()}
+
+
+def save(path: str | os.PathLike, payload: dict[str, Any]) -> Path:
+    """Write atomically: temp file in the same folder, fsync, rename, fsync the folder."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = {"format": FORMAT, "version": package_version(), "git": git_revision(), **payload}
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(payload, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+    return path
+
+
+def load(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    """Read a checkpoint on any device; a truncated or foreign file gives CheckpointError."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / FILENAME
+    try:
+        payload = torch.load(path, map_location=map_location, weights_only=True)
+    except FileNotFoundError:
+        raise CheckpointError(f"{path}: no such checkpoint") from None
+    except Exception as e:  # truncated zip, pickle with forbidden globals, not a torch file
+        raise CheckpointError(f"{path} is not a readable tuner checkpoint (truncated, corrupted "
+                              f"or not made by tuner): {type(e).__name__}: {str(e).splitlines()[0][:200]}") from None
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+        raise CheckpointError(f"{path} is not a tuner checkpoint (no '{FORMAT}' marker)")
+    payload["model"] = strip_prefix(payload["model"])
+    return payload
+
+
+def read_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
+    """A bare state dict or a tuner checkpoint's model weights, on CPU."""
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:
+        raise CheckpointError(f"{path}: cannot read weights ({type(e).__name__}: {e})") from None
+    if isinstance(obj, dict) and obj.get("format") == FORMAT:
+        obj = obj["model"]
+    if not isinstance(obj, dict) or not all(isinstance(v, torch.Tensor) for v in obj.values()):
+        raise CheckpointError(f"{path} is not a state dict of tensors")
+    return strip_prefix(obj)

@@ -1,0 +1,405 @@
+"""Data sets, the HDF5 cache and the two loader modes.
+
+Every data set becomes uint8 (N, C, H, W) images and int64 labels, cached in one HDF5
+file per data set.  `device` mode keeps the whole split on the training device and
+augments whole batches; `torch` mode is a classic DataLoader whose workers and pinned
+memory are real knobs.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, RandomSampler, Sampler
+
+from . import kernels
+from .config import ConfigError, DataConfig
+
+CIFAR_DIR = "cifar-10-batches-py"
+CIFAR_FILES = [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch", "batches.meta"]
+DIGITS_TEST_FRACTION = 0.2
+DIGITS_TEST_SEED = 20240601  # fixed: the held-out test split never depends on a trial's seed
+
+
+class DataError(ConfigError):
+    """A data set that cannot be found or read; the message names the path and the fix."""
+
+
+@dataclass
+class Split:
+    images: np.ndarray  # uint8 (N, C, H, W)
+    labels: np.ndarray  # int64 (N,)
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+
+@dataclass
+class DataBundle:
+    train: Split
+    val: Split
+    test: Split
+    num_classes: int
+    mean: np.ndarray   # per channel, in uint8 units, from the training split
+    std: np.ndarray
+
+    @property
+    def in_channels(self) -> int:
+        return self.train.images.shape[1]
+
+    @property
+    def scale_shift(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Normalisation as x * scale + shift on uint8 pixel values."""
+        scale = 1.0 / self.std
+        return torch.tensor(scale, dtype=torch.float32), torch.tensor(-self.mean * scale, dtype=torch.float32)
+
+
+# ---------------------------------------------------------------- sources
+
+
+def _hash_files(paths: list[Path]) -> str:
+    h = hashlib.sha256()
+    for p in paths:
+        h.update(p.name.encode())
+        with open(p, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 22), b""):
+                h.update(chunk)
+    return h.hexdigest()
+
+
+def _cifar_key(cfg: DataConfig) -> tuple[str, callable]:
+    folder = Path(cfg.data_root) / CIFAR_DIR
+    missing = [f for f in CIFAR_FILES if not (folder / f).is_file()]
+    if missing:
+        if not cfg.download:
+            raise DataError(f"CIFAR-10 not found: {folder} lacks {', '.join(missing)}; put the python-format "
+                            f"batches there (data_root) or set download: true where the internet is reachable")
+        _cifar_download(cfg.data_root)
+    key = _hash_files([folder / f for f in CIFAR_FILES])
+
+    def build() -> dict[str, np.ndarray]:
+        from torchvision.datasets import CIFAR10
+        out = {}
+        for split, train in (("train", True), ("test", False)):
+            ds = CIFAR10(cfg.data_root, train=train, download=False)
+            out[f"{split}_x"] = np.ascontiguousarray(ds.data.transpose(0, 3, 1, 2))
+            out[f"{split}_y"] = np.asarray(ds.targets, dtype=np.int64)
+        return out
+    return key, build
+
+
+def _cifar_download(root: str) -> None:
+    from torchvision.datasets import CIFAR10
+    try:
+        CIFAR10(root, train=True, download=True)
+    except Exception as e:  # no network, refused, disk full
+        raise DataError(f"CIFAR-10 download into {root} failed ({type(e).__name__}: {e}); copy "
+                        f"{CIFAR_DIR}/ there by hand and set download: false") from None
+
+
+def _digits_key(cfg: DataConfig) -> tuple[str, callable]:
+    from sklearn.datasets import load_digits
+    d = load_digits()
+    x = np.round(d.images * (255.0 / 16.0)).astype(np.uint8)[:, None]  # 0..16 -> 0..255, 1 channel
+    y = d.target.astype(np.int64)
+    key = hashlib.sha256(x.tobytes() + y.tobytes()).hexdigest()
+
+    def build() -> dict[str, np.ndarray]:
+        from sklearn.model_selection import train_test_split
+        xtr, xte, ytr, yte = train_test_split(x, y, test_size=DIGITS_TEST_FRACTION, stratify=y,
+                                              random_state=DIGITS_TEST_SEED)
+        return {"train_x": xtr, "train_y": ytr, "test_x": xte, "test_y": yte}
+    return key, build
+
+
+def _synthetic(cfg: DataConfig, seed: int) -> dict[str, np.ndarray]:
+    g = np.random.default_rng(seed)
+    c, h, w = cfg.synthetic_shape
+    n, k = cfg.synthetic_size, cfg.synthetic_classes
+    n_test = max(k, n // 10)
+    y = g.integers(0, k, n + n_test)
+    # Class-dependent brightness makes the task learnable, so loss curves mean something.
+    base = (y * (200 // max(k - 1, 1))).astype(np.int16)[:, None, None, None]
+    x = np.clip(base + g.integers(0, 56, (n + n_test, c, h, w)), 0, 255).astype(np.uint8)
+    return {"train_x": x[:n], "train_y": y[:n], "test_x": x[n:], "test_y": y[n:]}
+
+
+# ---------------------------------------------------------------- HDF5 cache
+
+
+def cache_path(cfg: DataConfig) -> Path:
+    return Path(cfg.cache_dir) / f"{cfg.dataset}.h5"
+
+
+def _write_h5_atomic(path: Path, arrays: dict[str, np.ndarray], attrs: dict) -> None:
+    import h5py
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        with h5py.File(tmp, "w") as f:
+            for name, arr in arrays.items():
+                f.create_dataset(name, data=arr)
+            f.attrs.update(attrs)
+            f.flush()
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)  # readers see the old file or the whole new one, never half
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _read_h5(path: Path, key: str) -> dict[str, np.ndarray] | None:
+    import h5py
+    try:
+        with h5py.File(path, "r") as f:
+            if f.attrs.get("content_key") != key:
+                return None
+            return {name: f[name][()] for name in f.keys()}
+    except (OSError, KeyError):
+        return None
+
+
+def _stage_shm(path: Path) -> Path:
+    shm = Path("/dev/shm")
+    if not shm.is_dir():
+        return path
+    target = shm / f"tuner-{path.stat().st_size}-{path.name}"
+    if target.exists() and target.stat().st_size == path.stat().st_size:
+        return target
+    if shutil.disk_usage(shm).free < 2 * path.stat().st_size:
+        return path
+    fd, tmp = tempfile.mkstemp(dir=shm, prefix=".tuner-", suffix=".tmp")
+    os.close(fd)
+    shutil.copyfile(path, tmp)
+    os.replace(tmp, target)
+    return target
+
+
+def load_arrays(cfg: DataConfig, seed: int = 0) -> dict[str, np.ndarray]:
+    """The data set's train/test arrays, from the HDF5 cache (built on first use)."""
+    if cfg.dataset == "synthetic":
+        return _synthetic(cfg, seed)
+    if cfg.dataset == "cifar10":
+        key, build = _cifar_key(cfg)
+    elif cfg.dataset == "digits":
+        key, build = _digits_key(cfg)
+    else:
+        raise DataError(f"dataset={cfg.dataset!r} is not one of digits, cifar10, synthetic")
+    path = cache_path(cfg)
+    arrays = _read_h5(path, key) if path.exists() else None
+    if arrays is None:  # missing, or built from other source files: rebuild
+        arrays = build()
+        _write_h5_atomic(path, arrays, {"content_key": key, "dataset": cfg.dataset})
+    if cfg.stage_shm:
+        staged = _stage_shm(path)
+        arrays = _read_h5(staged, key) or arrays
+    return arrays
+
+
+def load_data(cfg: DataConfig, seed: int = 0) -> DataBundle:
+    arrays = load_arrays(cfg, seed)
+    x, y = arrays["train_x"], arrays["train_y"]
+    if cfg.train_subset:
+        x, y = x[: cfg.train_subset], y[: cfg.train_subset]
+    perm = np.random.default_rng(seed).permutation(len(y))
+    n_val = max(1, int(round(len(y) * cfg.val_fraction)))
+    val_idx, tr_idx = np.sort(perm[:n_val]), np.sort(perm[n_val:])
+    train = Split(x[tr_idx], y[tr_idx])
+    flat = train.images.reshape(len(train), train.images.shape[1], -1).astype(np.float64)
+    mean = flat.mean(axis=(0, 2))
+    std = flat.std(axis=(0, 2)) + 1e-6
+    num_classes = int(max(y.max(), arrays["test_y"].max())) + 1
+    return DataBundle(train, Split(x[val_idx], y[val_idx]), Split(arrays["test_x"], arrays["test_y"]),
+                      num_classes, mean.astype(np.float32), std.astype(np.float32))
+
+
+# ---------------------------------------------------------------- sharding
+
+
+def shard_indices(perm: torch.Tensor, rank: int, world: int) -> torch.Tensor:
+    """Equal shards: every rank gets floor(N / world) samples, at most world-1 dropped."""
+    per_rank = len(perm) // world
+    return perm[rank: per_rank * world: world]
+
+
+def epoch_generator(seed: int, epoch: int, rank: int = 0) -> torch.Generator:
+    return torch.Generator().manual_seed(seed * 1_000_003 + epoch * 1009 + rank)
+
+
+# ---------------------------------------------------------------- device mode
+
+
+class DeviceLoader:
+    """The split resident on `device`; per epoch a randperm, slices, and one batched augment."""
+
+    def __init__(self, split: Split, *, batch_size: int, device: torch.device, scale: torch.Tensor,
+                 shift: torch.Tensor, out_dtype: torch.dtype, train: bool, augment: bool, padding: int,
+                 flip: bool, seed: int, rank: int = 0, world: int = 1, drop_last: bool = False,
+                 impl: str = "torch"):
+        self.x = torch.from_numpy(split.images).to(device)
+        self.y = torch.from_numpy(split.labels).to(device)
+        self.batch_size, self.device, self.out_dtype = batch_size, device, out_dtype
+        self.scale, self.shift = scale.to(device), shift.to(device)
+        self.train, self.augment, self.padding, self.flip = train, augment and train, padding, flip
+        self.seed, self.rank, self.world, self.drop_last, self.impl = seed, rank, world, drop_last, impl
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def _indices(self) -> torch.Tensor:
+        n = len(self.y)
+        if self.train:
+            perm = torch.randperm(n, generator=epoch_generator(self.seed, self.epoch))
+            return shard_indices(perm, self.rank, self.world)
+        return torch.arange(self.rank, n, self.world)  # validation: every sample exactly once
+
+    def __len__(self) -> int:
+        n = len(self.y) // self.world if self.train else len(range(self.rank, len(self.y), self.world))
+        return n // self.batch_size if self.drop_last and self.train else math.ceil(n / self.batch_size)
+
+    def __iter__(self):
+        idx = self._indices()
+        n = len(idx)
+        if self.augment:
+            g = epoch_generator(self.seed, self.epoch, self.rank + 7919)
+            offsets = torch.randint(0, 2 * self.padding + 1, (n, 2), generator=g)
+            flips = torch.rand(n, generator=g) < 0.5 if self.flip else torch.zeros(n, dtype=torch.bool)
+        else:
+            offsets = torch.full((n, 2), self.padding, dtype=torch.long)
+            flips = torch.zeros(n, dtype=torch.bool)
+        idx, offsets, flips = idx.to(self.device), offsets.to(self.device), flips.to(self.device)
+        for b in range(len(self)):
+            sl = slice(b * self.batch_size, min(n, (b + 1) * self.batch_size))
+            i = idx[sl]
+            xb = kernels.augment(self.x[i], offsets[sl], flips[sl], self.scale, self.shift,
+                                 self.out_dtype, self.padding, impl=self.impl)
+            yield xb, self.y[i]
+
+
+# ---------------------------------------------------------------- torch mode
+
+
+class ArrayDataset(Dataset):
+    """Per-sample access to uint8 arrays with a torchvision transform; `copies` holds
+    precomputed augmented versions, indexed as copy * N + i."""
+
+    def __init__(self, images: np.ndarray, labels: np.ndarray, transform=None):
+        self.images, self.labels, self.transform = images, labels, transform
+        self.n = len(labels)
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def __getitem__(self, i: int):
+        x = torch.from_numpy(self.images[i])
+        if self.transform is not None:
+            x = self.transform(x)
+        return x, int(self.labels[i % self.n])
+
+
+class CopySampler(Sampler):
+    """Wraps a sampler over N samples; epoch e reads precomputed copy e % K."""
+
+    def __init__(self, inner: Sampler, n: int, copies: int):
+        self.inner, self.n, self.copies, self.epoch = inner, n, copies, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+        if hasattr(self.inner, "set_epoch"):
+            self.inner.set_epoch(epoch)
+
+    def __iter__(self):
+        base = (self.epoch % self.copies) * self.n
+        return (base + i for i in self.inner)
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+
+def torch_transform(mean: np.ndarray, std: np.ndarray, size: tuple[int, int], augment: bool, padding: int,
+                    flip: bool):
+    from torchvision.transforms import v2
+    steps = []
+    if augment:
+        steps.append(v2.RandomCrop(size, padding=padding))
+        if flip:
+            steps.append(v2.RandomHorizontalFlip())
+    steps += [v2.ToDtype(torch.float32, scale=False),
+              v2.Normalize(mean.tolist(), std.tolist())]
+    return v2.Compose(steps)
+
+
+def precompute_copies(cfg: DataConfig, split: Split, copies: int, seed: int) -> np.ndarray:
+    """K augmented (crop + flip) uint8 copies of the split, cached next to the data set."""
+    key = hashlib.sha256(split.images[:: max(1, len(split) // 64)].tobytes()
+                         + repr((len(split), copies, seed, cfg.crop_padding, cfg.flip)).encode()).hexdigest()
+    path = Path(cfg.cache_dir) / f"{cfg.dataset}-aug.h5"
+    cached = _read_h5(path, key) if path.exists() else None
+    if cached is not None:
+        return cached["images"]
+    imgs = torch.from_numpy(split.images)
+    ones, zeros = torch.ones(imgs.shape[1]), torch.zeros(imgs.shape[1])
+    out = []
+    for k in range(copies):
+        g = epoch_generator(seed, k, 104729)
+        n = len(split)
+        offsets = torch.randint(0, 2 * cfg.crop_padding + 1, (n, 2), generator=g)
+        flips = (torch.rand(n, generator=g) < 0.5) if cfg.flip else torch.zeros(n, dtype=torch.bool)
+        aug = kernels.augment_torch(imgs, offsets, flips, ones, zeros, torch.float32, cfg.crop_padding)
+        out.append(aug.to(torch.uint8).contiguous().numpy())
+    arr = np.concatenate(out)
+    _write_h5_atomic(path, {"images": arr}, {"content_key": key})
+    return arr
+
+
+def torch_loader(cfg: DataConfig, data: DataBundle, split: Split, *, batch_size: int, train: bool,
+                 seed: int, rank: int = 0, world: int = 1) -> DataLoader:
+    size = split.images.shape[2:]
+    images = split.images
+    augment = cfg.augment and train
+    if train and cfg.precomputed_augment:
+        images, augment = precompute_copies(cfg, split, cfg.precomputed_augment, seed), False
+    ds = ArrayDataset(images, split.labels,
+                      torch_transform(data.mean, data.std, size, augment, cfg.crop_padding, cfg.flip))
+    if train and world > 1:
+        sampler = DistributedSampler(range(len(split)), num_replicas=world, rank=rank, shuffle=True,
+                                     seed=seed, drop_last=True)
+    elif train:
+        sampler = RandomSampler(range(len(split)), generator=torch.Generator().manual_seed(seed))
+    else:
+        sampler = list(range(rank, len(split), world))
+    if train and cfg.precomputed_augment:
+        sampler = CopySampler(sampler, len(split), cfg.precomputed_augment)
+    workers = cfg.num_workers
+    dl = DataLoader(ds, batch_size=batch_size, sampler=sampler, num_workers=workers,
+                      pin_memory=cfg.pin_memory and torch.cuda.is_available(),
+                      persistent_workers=cfg.persistent_workers and workers > 0,
+                      prefetch_factor=cfg.prefetch_factor if workers > 0 else None,
+                      drop_last=cfg.drop_last and train,
+                      generator=torch.Generator().manual_seed(seed))
+    dl.base_seed = seed
+    return dl
+
+
+def set_epoch(loader, epoch: int) -> None:
+    """Reseed the per-epoch shuffle of either loader kind."""
+    if isinstance(loader, DeviceLoader):
+        loader.set_epoch(epoch)
+        return
+    sampler = loader.sampler
+    if hasattr(sampler, "set_epoch"):
+        sampler.set_epoch(epoch)
+    elif isinstance(sampler, RandomSampler) and sampler.generator is not None:
+        sampler.generator.manual_seed(loader.base_seed * 1_000_003 + epoch)
+    if loader.generator is not None:  # per-epoch augmentation randomness in the workers
+        loader.generator.manual_seed(loader.base_seed * 1_000_003 + epoch + 1)

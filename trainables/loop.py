@@ -1,0 +1,292 @@
+"""train_loop(config, session): one trial's training, with or without Ray.
+
+Builds data, model, optimizer and LR schedule, runs the epochs, validates, prunes,
+checkpoints and reports through the session.  A trial that diverges or runs out of
+memory ends itself with a final report (Ray would retry any exception it raised).
+"""
+from __future__ import annotations
+
+import gc
+import logging
+import math
+import shutil
+import tempfile
+import time
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from . import checkpoint as ckpt_io
+from . import kernels, pruning
+from .config import TrainConfig, check
+from .data import DeviceLoader, load_data, set_epoch, torch_loader
+from .models import build_model
+from .session import PlainSession, Session
+from .step import DTYPES, DivergedError, TrainStep
+
+log = logging.getLogger(__name__)
+
+WORST_LOSS = 1.0e6  # finite stand-in for a loss that could not be measured
+
+
+def build_optimizer(cfg: TrainConfig, model: nn.Module) -> torch.optim.Optimizer:
+    params = [p for p in model.parameters() if p.requires_grad]
+    if cfg.optimizer == "adamw":
+        return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, nesterov=cfg.momentum > 0,
+                           weight_decay=cfg.weight_decay)
+
+
+def build_scheduler(cfg: TrainConfig, opt: torch.optim.Optimizer, steps_per_epoch: int):
+    """Per-step schedules (cosine, one-cycle, warmup) or per-epoch plateau; None for constant."""
+    total = max(1, cfg.epochs * steps_per_epoch)
+    warm = int(cfg.warmup_epochs * steps_per_epoch)
+    if cfg.scheduler == "onecycle":
+        return torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=cfg.lr, total_steps=total + 1)
+    if cfg.scheduler == "plateau":
+        return torch.optim.lr_scheduler.ReduceLROnPlateau(opt, mode="min", factor=0.2, patience=1)
+    if cfg.scheduler == "none" and warm == 0:
+        return None
+
+    def factor(s: int) -> float:
+        if s < warm:
+            return (s + 1) / warm
+        if cfg.scheduler == "none":
+            return 1.0
+        return 0.5 * (1.0 + math.cos(math.pi * min(1.0, (s - warm) / max(1, total - warm))))
+    return torch.optim.lr_scheduler.LambdaLR(opt, factor)
+
+
+def make_loss(cfg: TrainConfig, impl: str):
+    def loss_fn(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return kernels.cross_entropy(logits, y, cfg.label_smoothing, impl=impl)
+    return loss_fn
+
+
+def _all_reduce(values: list[float], device: torch.device) -> list[float]:
+    if not (dist.is_available() and dist.is_initialized()):
+        return values
+    t = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(t)
+    return t.tolist()
+
+
+@torch.inference_mode()
+def evaluate(model: nn.Module, loader, step: TrainStep) -> tuple[float, float]:
+    """Mean loss and accuracy over the loader's samples on all ranks (summed, then divided)."""
+    model.eval()
+    loss_sum = torch.zeros((), dtype=torch.float64, device=step.device)
+    correct = torch.zeros((), dtype=torch.float64, device=step.device)
+    count = 0
+    for x, y in loader:
+        x, y = step.to_device(x), step.to_device(y)
+        with step.autocast():
+            logits = model(x)
+        loss_sum += kernels.cross_entropy_torch(logits, y) * y.shape[0]
+        correct += (logits.argmax(1) == y).sum()
+        count += y.shape[0]
+    loss_sum, correct, count = _all_reduce([float(loss_sum), float(correct), float(count)], step.device)
+    return loss_sum / max(count, 1), correct / max(count, 1)
+
+
+class _Trial:
+    """The state of one training run; split from train_loop to keep each piece short."""
+
+    def __init__(self, cfg: TrainConfig, session: Session):
+        self.cfg, self.session = cfg, session
+        self.device = session.device
+        check(cfg, self.device.type)
+        torch.manual_seed(cfg.seed)  # same initial weights on every rank
+        self.data = load_data(cfg, cfg.seed)
+        self.impl = kernels.resolve(cfg.kernels, self.device)
+        model = build_model(cfg, self.data.in_channels, self.data.num_classes).to(self.device)
+        if cfg.channels_last and self.device.type == "cuda":
+            model = model.to(memory_format=torch.channels_last)
+        self.model = model  # the bare module: checkpoints, pruning and validation use it
+        self.train_loader, self.val_loader, self.test_loader = self._loaders()
+        steps = len(self.train_loader) // cfg.accumulation_steps + bool(len(self.train_loader) % cfg.accumulation_steps)
+        self.steps_per_epoch = min(steps, cfg.max_steps_per_epoch) if cfg.max_steps_per_epoch else steps
+        self.optimizer = build_optimizer(cfg, model)
+        self.scheduler = build_scheduler(cfg, self.optimizer, self.steps_per_epoch)
+        self.wrapped = self._wrap(model)
+        self.step = TrainStep(self.wrapped, self.optimizer, loss_fn=make_loss(cfg, self.impl), device=self.device,
+                              precision=cfg.precision, grad_clip=cfg.grad_clip,
+                              max_nonfinite_steps=cfg.max_nonfinite_steps, channels_last=cfg.channels_last)
+        self.start_epoch, self.global_step, self.epoch = 1, 0, 1
+        self.best_val_acc = 0.0
+
+    def _wrap(self, model: nn.Module) -> nn.Module:
+        if self.session.world_size > 1 and dist.is_available() and dist.is_initialized():
+            ids = [self.device.index] if self.device.type == "cuda" else None
+            return nn.parallel.DistributedDataParallel(model, device_ids=ids)
+        return model
+
+    def _loaders(self):
+        cfg, s, d = self.cfg, self.session, self.data
+        out_dtype = DTYPES[cfg.precision] or torch.float32
+        def make(split, train):
+            if cfg.loader == "device":
+                scale, shift = d.scale_shift
+                return DeviceLoader(split, batch_size=cfg.micro_batch_size, device=self.device, scale=scale,
+                                    shift=shift, out_dtype=out_dtype, train=train, augment=cfg.augment,
+                                    padding=cfg.crop_padding, flip=cfg.flip, seed=cfg.seed, rank=s.rank,
+                                    world=s.world_size, drop_last=cfg.drop_last, impl=self.impl)
+            return torch_loader(cfg, d, split, batch_size=cfg.micro_batch_size, train=train, seed=cfg.seed,
+                                rank=s.rank, world=s.world_size)
+        return make(d.train, True), make(d.val, False), (make(d.test, False) if cfg.eval_test else None)
+
+    # ------------------------------------------------------------ checkpoints
+
+    def restore(self, folder: str) -> None:
+        payload = ckpt_io.load(folder, map_location=self.device)
+        pruning.restore_masks(self.model, payload["model"])
+        self.model.load_state_dict(payload["model"])
+        self.optimizer.load_state_dict(payload["optimizer"])
+        if self.scheduler is not None and payload.get("scheduler"):
+            self.scheduler.load_state_dict(payload["scheduler"])
+        if self.step.scaler is not None and payload.get("scaler"):
+            self.step.scaler.load_state_dict(payload["scaler"])
+        ckpt_io.set_rng_state(payload["rng"])
+        self.start_epoch = int(payload["epoch"]) + 1
+        self.global_step = int(payload["step"])
+        self.best_val_acc = float(payload.get("metrics", {}).get("best_val_acc", 0.0))
+        log.info("resumed from %s at epoch %d", folder, self.start_epoch)
+
+    def save(self, folder: str, epoch: int, metrics: dict[str, Any]) -> None:
+        ckpt_io.save(f"{folder}/{ckpt_io.FILENAME}", {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
+            "scaler": self.step.scaler.state_dict() if self.step.scaler is not None else None,
+            "epoch": epoch, "step": self.global_step, "rng": ckpt_io.rng_state(),
+            "config": self.cfg.to_dict(), "metrics": dict(metrics),
+            "model_info": {"in_channels": self.data.in_channels, "num_classes": self.data.num_classes,
+                           "mean": self.data.mean.tolist(), "std": self.data.std.tolist()},
+        })
+
+    # ------------------------------------------------------------ epochs
+
+    def train_epoch(self, epoch: int) -> dict[str, float]:
+        cfg = self.cfg
+        self.wrapped.train()
+        set_epoch(self.train_loader, epoch)
+        loss_sum = correct = samples = counted = steps = 0
+        norms = []
+        t0 = time.perf_counter()
+        group = []
+        batches = iter(self.train_loader)
+        while steps < self.steps_per_epoch:
+            batch = next(batches, None)
+            if batch is not None:
+                group.append(batch)
+            if group and (len(group) == cfg.accumulation_steps or batch is None):
+                r = self.step(group)
+                group, steps = [], steps + 1
+                samples += r.samples
+                if r.applied:
+                    counted += r.samples
+                    loss_sum += r.loss * r.samples
+                    correct += r.correct
+                    norms.append(r.grad_norm)
+                    self.global_step += 1
+                    if self.scheduler is not None and not isinstance(
+                            self.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+                        self.scheduler.step()
+            if batch is None:
+                break
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        dt = time.perf_counter() - t0
+        loss_sum, correct, counted, samples = _all_reduce(
+            [loss_sum, correct, float(counted), float(samples)], self.device)
+        return {"train_loss": loss_sum / max(counted, 1), "train_acc": correct / max(counted, 1),
+                "samples_per_s": samples / dt if dt > 0 else 0.0, "train_s": dt,
+                "grad_norm": sum(norms) / len(norms) if norms else float("nan")}
+
+    def epoch_metrics(self, epoch: int, t0: float) -> dict[str, Any]:
+        self.epoch = epoch
+        m = self.train_epoch(epoch)
+        target = pruning.target_sparsity(self.cfg, epoch)
+        if target > 0:
+            pruning.prune_to(self.model, target, self.cfg.prune_scope)
+        val_loss, val_acc = evaluate(self.model, self.val_loader, self.step)
+        if isinstance(self.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+            self.scheduler.step(val_loss)
+        self.best_val_acc = max(self.best_val_acc, val_acc)
+        m.update(epoch=epoch, status="ok", val_loss=val_loss, val_acc=val_acc, best_val_acc=self.best_val_acc,
+                 lr=self.optimizer.param_groups[0]["lr"], sparsity=pruning.sparsity(self.model),
+                 nonfinite_steps=self.step.nonfinite_total, global_batch_size=self.cfg.global_batch_size)
+        if self.test_loader is not None:
+            m["test_loss"], m["test_acc"] = evaluate(self.model, self.test_loader, self.step)
+        if not math.isfinite(m["grad_norm"]):
+            m["grad_norm"] = 0.0
+        m["epoch_s"] = time.perf_counter() - t0
+        return m
+
+    def report(self, metrics: dict[str, Any], epoch: int, with_checkpoint: bool) -> None:
+        if not with_checkpoint:
+            self.session.report(metrics)
+            return
+        folder = tempfile.mkdtemp(prefix="tuner-ckpt-")
+        try:
+            if self.session.rank == 0:
+                self.save(folder, epoch, metrics)
+                self.session.report(metrics, checkpoint_dir=folder)
+            else:
+                self.session.report(metrics)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
+    def run(self) -> dict[str, Any]:
+        last: dict[str, Any] = {}
+        for epoch in range(self.start_epoch, self.cfg.epochs + 1):
+            last = self.epoch_metrics(epoch, time.perf_counter())
+            keep = epoch % self.cfg.checkpoint_every == 0 or epoch == self.cfg.epochs
+            log.info("epoch %d/%d val_acc=%.4f val_loss=%.4f train_loss=%.4f %.0f samples/s", epoch,
+                     self.cfg.epochs, last["val_acc"], last["val_loss"], last["train_loss"], last["samples_per_s"])
+            self.report(last, epoch, keep)
+        return last
+
+
+def final_report(session: Session, status: str, epoch: int, reason: str) -> dict[str, Any]:
+    """The last report of a trial that cannot go on: finite worst values, never NaN."""
+    metrics = {"epoch": epoch, "status": status, "reason": reason, "train_loss": WORST_LOSS,
+               "val_loss": WORST_LOSS, "val_acc": 0.0, "best_val_acc": 0.0, "train_acc": 0.0,
+               "lr": 0.0, "samples_per_s": 0.0, "epoch_s": 0.0, "sparsity": 0.0, "grad_norm": 0.0}
+    session.report(metrics)
+    return metrics
+
+
+def train_loop(config: TrainConfig | dict, session: Session | None = None) -> dict[str, Any]:
+    """Train one config to the end, or until it diverges or runs out of memory.
+
+    Returns the last metrics reported.  Never raises for divergence or OOM: those end
+    the trial with status "diverged" / "infeasible".
+    """
+    cfg = config if isinstance(config, TrainConfig) else TrainConfig.from_dict(config)
+    session = session or PlainSession(cfg.device)
+    trial = None
+    try:
+        trial = _Trial(cfg, session)
+        resume = session.get_checkpoint()
+        if resume:
+            trial.restore(resume)
+        return trial.run()
+    except DivergedError as e:
+        epoch = _current_epoch(trial)
+        log.warning("trial diverged at epoch %d: %s", epoch, e)
+        return final_report(session, "diverged", epoch, str(e))
+    except torch.OutOfMemoryError as e:
+        epoch = _current_epoch(trial)
+        trial = None  # drop the model, optimizer and batches before freeing the cache
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        log.warning("trial ran out of memory at epoch %d", epoch)
+        return final_report(session, "infeasible", epoch, f"out of memory: {str(e).splitlines()[0][:200]}")
+
+
+def _current_epoch(trial: _Trial | None) -> int:
+    return trial.epoch if trial is not None else 1

@@ -1,0 +1,93 @@
+"""The one seam between the training loop and Ray.
+
+A session reports metrics (with an optional checkpoint folder), hands back the checkpoint
+to resume from, and tells the worker's rank, world size and device.  PlainSession needs
+no Ray; TuneSession (a trial running in-process) and TrainSession (a Ray Train worker)
+import Ray lazily, so the rest of trainables/ runs where Ray is not installed.
+"""
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+
+def pick_device(want: str = "auto", local_rank: int = 0) -> torch.device:
+    if want == "cpu" or (want == "auto" and not torch.cuda.is_available()):
+        return torch.device("cpu")
+    return torch.device("cuda", local_rank % max(torch.cuda.device_count(), 1))
+
+
+class Session:
+    rank: int = 0
+    world_size: int = 1
+    device: torch.device = torch.device("cpu")
+
+    def report(self, metrics: dict[str, Any], checkpoint_dir: str | None = None) -> None:
+        raise NotImplementedError
+
+    def get_checkpoint(self) -> str | None:
+        """A local folder holding the checkpoint to resume from, or None."""
+        return None
+
+
+class PlainSession(Session):
+    """No Ray: keeps every report, and copies checkpoints under `storage` when given."""
+
+    def __init__(self, device: str | torch.device = "auto", resume_from: str | None = None,
+                 storage: str | None = None):
+        self.device = device if isinstance(device, torch.device) else pick_device(device)
+        self.resume_from = resume_from
+        self.storage = Path(storage) if storage else Path(tempfile.mkdtemp(prefix="tuner-session-"))
+        self.reports: list[dict[str, Any]] = []
+        self.checkpoints: list[str] = []
+
+    def report(self, metrics, checkpoint_dir=None):
+        self.reports.append(dict(metrics))
+        if checkpoint_dir:
+            dest = self.storage / f"checkpoint_{len(self.reports):06d}"
+            shutil.copytree(checkpoint_dir, dest, dirs_exist_ok=True)
+            self.checkpoints.append(str(dest))
+
+    def get_checkpoint(self):
+        return self.resume_from
+
+
+class TuneSession(Session):
+    """A one-worker trial running inside the Tune trial process (no TorchTrainer)."""
+
+    def __init__(self, device: str = "auto"):
+        self.device = pick_device(device)
+
+    def report(self, metrics, checkpoint_dir=None):
+        from ray import tune
+        ckpt = tune.Checkpoint.from_directory(checkpoint_dir) if checkpoint_dir else None
+        tune.report(metrics, checkpoint=ckpt)
+
+    def get_checkpoint(self):
+        from ray import tune
+        ckpt = tune.get_checkpoint()
+        return ckpt.to_directory() if ckpt is not None else None
+
+
+class TrainSession(Session):
+    """A Ray Train worker: every rank reports, rank 0 attaches the checkpoint."""
+
+    def __init__(self, device: str = "auto"):
+        import ray.train
+        ctx = ray.train.get_context()
+        self.rank, self.world_size = ctx.get_world_rank(), ctx.get_world_size()
+        self.device = pick_device(device, ctx.get_local_rank())
+
+    def report(self, metrics, checkpoint_dir=None):
+        import ray.train
+        ckpt = ray.train.Checkpoint.from_directory(checkpoint_dir) if checkpoint_dir else None
+        ray.train.report(metrics, checkpoint=ckpt)
+
+    def get_checkpoint(self):
+        import ray.train
+        ckpt = ray.train.get_checkpoint()
+        return ckpt.to_directory() if ckpt is not None else None
