@@ -1,17 +1,19 @@
 """Plain-PyTorch batch augmentation: the reference the Triton kernel must equal.
 
 augment(images, offsets, flips, scale, shift, out_dtype, padding) works on a whole batch
-with tensor indexing (no per-sample Python):
+with tensor ops (no per-sample Python):
   images   uint8 (N, C, H, W)
   offsets  int (N, 2): crop origin (row, col) inside the image zero-padded by `padding`,
            each in [0, 2 * padding]
   flips    bool (N,): mirror the crop left-right
-  scale, shift  float (C,): out = pixel * scale + shift (padding pixels are 0 before this)
+  scale, shift  float (C,): out = pixel * scale + shift, a multiply then an add in fp32
+           (padding pixels are 0 before this)
 Returns (N, C, H, W) in out_dtype with channels_last strides.
 """
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 
 def augment_torch(images: torch.Tensor, offsets: torch.Tensor, flips: torch.Tensor,
@@ -19,16 +21,19 @@ def augment_torch(images: torch.Tensor, offsets: torch.Tensor, flips: torch.Tens
                   padding: int = 4) -> torch.Tensor:
     n, c, h, w = images.shape
     dev = images.device
-    offsets = offsets.to(dev, torch.long)
-    rows = torch.arange(h, device=dev).unsqueeze(0) + offsets[:, :1] - padding          # (N, H)
-    cols = torch.arange(w, device=dev).unsqueeze(0)
-    cols = torch.where(flips.to(dev).view(n, 1), w - 1 - cols, cols) + offsets[:, 1:] - padding  # (N, W)
-    valid = ((rows >= 0) & (rows < h)).unsqueeze(2) & ((cols >= 0) & (cols < w)).unsqueeze(1)  # (N, H, W)
-    r = rows.clamp(0, h - 1).unsqueeze(2)
-    q = cols.clamp(0, w - 1).unsqueeze(1)
-    nidx = torch.arange(n, device=dev).view(n, 1, 1)
-    # Advanced indices around a slice put the indexed dims first: (N, H, W, C) = NHWC.
-    pix = images[nidx, :, r, q]
-    pix = pix * valid.unsqueeze(3).to(pix.dtype)
-    out = torch.addcmul(shift.to(dev, torch.float32), pix.to(torch.float32), scale.to(dev, torch.float32))
-    return out.to(out_dtype).permute(0, 3, 1, 2)
+    offsets, flips = offsets.to(dev, torch.long), flips.to(dev, torch.bool)
+    k = 2 * padding + 1
+    padded = F.pad(images, (padding, padding, padding, padding))
+    s = padded.stride()
+    # A view of every vertical crop position, then pick each sample's row offset: (N, C, H, W+2p).
+    rows = padded.as_strided((n, k, c, h, w + 2 * padding), (s[0], s[2], s[1], s[2], s[3]))
+    rows = rows[torch.arange(n, device=dev), offsets[:, 0]]
+    xs = torch.arange(w, device=dev)
+    cols = torch.where(flips.view(n, 1), w - 1 - xs, xs) + offsets[:, 1:]          # (N, W)
+    crop = torch.gather(rows, 3, cols.view(n, 1, 1, w).expand(n, c, h, w))
+    out = torch.empty((n, h, w, c), dtype=torch.float32, device=dev)             # NHWC memory
+    torch.mul(crop.permute(0, 2, 3, 1), scale.to(dev, torch.float32), out=out)
+    out.add_(shift.to(dev, torch.float32))
+    if out_dtype != torch.float32:
+        out = out.to(out_dtype)
+    return out.permute(0, 3, 1, 2)
