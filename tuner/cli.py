@@ -4,15 +4,46 @@ from __future__ import annotations
 import argparse
 import sys
 
+EPILOG = """examples:
+  python -m tuner validate search_spaces/quickstart.yaml
+  python -m tuner run search_spaces/quickstart.yaml            # embedded local Ray
+  python -m tuner run search_spaces/cifar.yaml --address auto  # an existing cluster
+  python -m tuner status runs/quickstart
+  python -m tuner resume runs/quickstart
+  python -m tuner export runs/quickstart --out best/
+  python -m tuner train best/best_config.yaml
+"""
+
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="tuner", description="Hyperparameter tuning of PyTorch training on Ray Tune "
-                                "(Optuna TPE searcher, ASHA early stopping).")
+    p = argparse.ArgumentParser(prog="tuner", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                description="Hyperparameter tuning of PyTorch training on Ray Tune "
+                                            "(Optuna TPE searcher, ASHA early stopping, Ray Train DDP trials).")
     sub = p.add_subparsers(dest="verb", required=True)
-    t = sub.add_parser("train", help="train one config (no search)")
-    t.add_argument("config", help="YAML file of training settings (e.g. an exported best_config.yaml)")
-    t.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a setting")
-    t.add_argument("--out", default=None, help="folder for checkpoints (default: none kept)")
+    r = sub.add_parser("run", help="validate an experiment file, then run its search")
+    r.add_argument("file", help="experiment YAML (see search_spaces/)")
+    r.add_argument("--address", default=None, help="Ray address to join (default: RAY_ADDRESS, else a local Ray)")
+    r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a setting: train.lr=0.1, budget.num_samples=4, or a bare training setting")
+    v = sub.add_parser("validate", help="report every problem in an experiment file; exit 1 if any")
+    v.add_argument("file")
+    v.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    s = sub.add_parser("status", help="trials, their states and the best so far")
+    s.add_argument("exp_dir")
+    s.add_argument("--json", action="store_true", help="machine-readable output")
+    re_ = sub.add_parser("resume", help="continue an interrupted experiment from its checkpoints")
+    re_.add_argument("exp_dir")
+    re_.add_argument("--address", default=None)
+    e = sub.add_parser("export", help="best config, checkpoint, weights, torch.export and TorchScript models")
+    e.add_argument("exp_dir")
+    e.add_argument("--out", required=True, help="folder to write (must be empty unless --force)")
+    e.add_argument("--select", default=None,
+                   help="METRIC:min|max (best on that metric; Pareto-optimal with two objectives) or trial:ID")
+    e.add_argument("--force", action="store_true", help="write into a non-empty --out")
+    t = sub.add_parser("train", help="train one config (no search), e.g. an exported best_config.yaml")
+    t.add_argument("config", help="YAML of training settings")
+    t.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a training setting")
+    t.add_argument("--out", default=None, help="folder for per-epoch checkpoints")
     return p
 
 

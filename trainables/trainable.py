@@ -1,0 +1,62 @@
+"""The Tune trainable: train_loop in the trial itself for one worker, under a Ray Train
+TorchTrainer for two or more.  Both report the same metrics and checkpoints."""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from .loop import train_loop
+from .session import TrainSession, TuneSession
+
+# A Tune trial whose work runs on Train workers still needs a (tiny) resource of its own.
+DRIVER_CPU = 0.01
+
+
+def trial_resources(workers: int, cpus_per_worker: float, gpus_per_worker: float) -> dict[str, float]:
+    """What one trial takes from the cluster, in Ray's resource names."""
+    if workers <= 1:
+        return {"CPU": cpus_per_worker, "GPU": gpus_per_worker}
+    return {"CPU": DRIVER_CPU + workers * cpus_per_worker, "GPU": workers * gpus_per_worker}
+
+
+def make_trainable(workers: int, cpus_per_worker: float, gpus_per_worker: float, train_storage: str,
+                   controller_failure_limit: int = 2, worker_failures: int = 1) -> Callable:
+    """A Tune function trainable, with its resource request attached."""
+    from ray import tune
+
+    if workers <= 1:
+        def trainable(config: dict[str, Any]) -> None:
+            train_loop(dict(config), TuneSession(config.get("device", "auto")))
+        return tune.with_resources(trainable, {"cpu": cpus_per_worker, "gpu": gpus_per_worker})
+
+    def trainable(config: dict[str, Any]) -> None:
+        _fit_ddp(dict(config), workers, cpus_per_worker, gpus_per_worker, train_storage,
+                 controller_failure_limit, worker_failures)
+    return tune.with_resources(trainable, {"cpu": DRIVER_CPU})
+
+
+def _train_worker(config: dict[str, Any]) -> None:
+    train_loop(config, TrainSession(config.get("device", "auto")))
+
+
+def _fit_ddp(config: dict[str, Any], workers: int, cpus: float, gpus: float, storage: str,
+             controller_failure_limit: int, worker_failures: int) -> None:
+    import ray.train
+    from ray import tune
+    from ray.train.torch import TorchConfig, TorchTrainer
+    from ray.tune.integration.ray_train import TuneReportCallback
+
+    use_gpu = gpus > 0
+    resources = {"CPU": cpus, **({"GPU": gpus} if use_gpu else {})}
+    # The run name comes from the trial id, so a retried or resumed trial finds its own
+    # Train run (and its latest checkpoint) again.
+    name = f"train-{tune.get_context().get_trial_id()}"
+    trainer = TorchTrainer(
+        _train_worker, train_loop_config=config,
+        torch_config=TorchConfig(backend="nccl" if use_gpu else "gloo"),
+        scaling_config=ray.train.ScalingConfig(num_workers=workers, use_gpu=use_gpu, resources_per_worker=resources),
+        run_config=ray.train.RunConfig(
+            name=name, storage_path=storage, callbacks=[TuneReportCallback()],
+            failure_config=ray.train.FailureConfig(max_failures=worker_failures,
+                                                   controller_failure_limit=controller_failure_limit)),
+    )
+    trainer.fit()

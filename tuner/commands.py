@@ -1,0 +1,121 @@
+"""One function per CLI verb: it calls the service and prints; user mistakes become one
+clear message and a non-zero exit, never a traceback."""
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from typing import Any
+
+from trainables.checkpoint import CheckpointError
+from trainables.config import ConfigError
+
+from .config import ExperimentError
+
+
+
+
+def _err(msg: str) -> None:
+    print(f"error: {msg}", file=sys.stderr)
+
+
+def run_verb(args) -> int:
+    from .run import ClusterError
+    try:
+        return VERBS[args.verb](args)
+    except ExperimentError as e:
+        _err(str(e))
+        return 2
+    except (ConfigError, CheckpointError, ClusterError, FileNotFoundError) as e:
+        _err(str(e))
+        return 2
+    except KeyboardInterrupt:
+        _err("interrupted; `tuner resume EXP_DIR` continues an experiment")
+        return 130
+
+
+def cmd_validate(args) -> int:
+    from .config import load
+    exp = load(args.file, args.set)
+    print(f"{args.file}: ok — {exp.name}: {exp.budget.num_samples} trials, {len(exp.search)} searched settings "
+          f"({', '.join(exp.search) or 'none'}), metric {exp.metric} ({exp.mode})")
+    return 0
+
+
+def cmd_run(args) -> int:
+    from .config import load
+    from .run import run_experiment
+    exp = load(args.file, args.set)  # validation first: nothing starts on error
+    summary = run_experiment(exp, args.address)
+    _print_summary(summary)
+    return 0
+
+
+def _print_summary(summary: dict[str, Any]) -> None:
+    best, d = summary["best"], summary["exp_dir"]
+    print(f"\n{summary['trials']} trials; results in {d}")
+    if summary["errors"]:
+        print(f"{len(summary['errors'])} trial(s) errored, first: {summary['errors'][0]}")
+    if best:
+        print(f"best {best['metric']} = {best['value']:.4f} at epoch {best['epoch']} with {best['params']}")
+    print(f"next: python -m tuner status {d}\n      python -m tuner export {d} --out best/")
+
+
+def cmd_resume(args) -> int:
+    from .run import resume_experiment
+    _print_summary(resume_experiment(args.exp_dir, args.address))
+    return 0
+
+
+def cmd_status(args) -> int:
+    from .export import select, trials
+    from .run import load_saved
+    exp = load_saved(args.exp_dir)
+    rows = trials(exp)
+    try:
+        best = select(exp, rows)
+    except ExperimentError:
+        best = None
+    if args.json:
+        print(json.dumps({"experiment": exp.name, "metric": exp.metric, "mode": exp.mode,
+                          "best": best.trial_id if best else None,
+                          "trials": [{"trial_id": r.trial_id, "state": r.state, "status": r.status, "epoch": r.epoch,
+                                      exp.metric: r.metrics.get(exp.metric), "params": r.params} for r in rows]},
+                         default=str, indent=1))
+        return 0
+    print(f"{exp.name}: {len(rows)} trials, metric {exp.metric} ({exp.mode}), max {exp.budget.max_epochs} epochs")
+    print(f"{'trial':12s} {'state':11s} {'status':10s} {'epoch':>5s} {exp.metric:>10s}  params")
+    for r in rows:
+        v = r.metrics.get(exp.metric)
+        vs = f"{v:10.4f}" if isinstance(v, (int, float)) else f"{'-':>10s}"
+        mark = " *" if best and r.trial_id == best.trial_id else ""
+        print(f"{r.trial_id:12s} {r.state:11s} {r.status or '-':10s} {r.epoch:5d} {vs}  {r.params}{mark}")
+    if best:
+        print(f"best (*): {best.trial_id} {exp.metric}={best.metrics.get(exp.metric):.4f}")
+    return 0
+
+
+def cmd_export(args) -> int:
+    from .export import export
+    m = export(args.exp_dir, args.out, args.select, args.force)
+    print(f"exported trial {m['trial_id']} to {args.out}: val_acc {m['val_acc']:.4f}, test_acc {m['test_acc']:.4f}")
+    print("files: " + ", ".join(m["files"]))
+    return 0
+
+
+def cmd_train(args) -> int:
+    from trainables.loop import train_loop
+    from trainables.session import PlainSession
+    from .config import load_train_config
+    cfg = load_train_config(args.config, args.set)
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
+    session = PlainSession(cfg.device, storage=args.out)
+    m = train_loop(cfg, session)
+    print(json.dumps({k: m.get(k) for k in ("status", "epoch", "val_acc", "val_loss", "test_acc") if k in m}))
+    if args.out:
+        print(f"checkpoints in {args.out}")
+    return 0 if m.get("status") == "ok" else 1
+
+
+VERBS = {"validate": cmd_validate, "run": cmd_run, "resume": cmd_resume, "status": cmd_status,
+         "export": cmd_export, "train": cmd_train}

@@ -1,0 +1,179 @@
+"""Trial selection, status and export of the best trial.
+
+Export writes best_config.yaml (re-runnable with `tuner train`), the full checkpoint,
+model.pt weights (pruning made permanent), model.pt2 (torch.export), model.ts
+(TorchScript), an int8 model when torchao is installed, and metrics.json with the
+held-out test accuracy of the exported weights.  Exported models take normalised
+inputs; metrics.json carries the mean and std to normalise with.
+"""
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+
+from trainables import checkpoint as ckpt_io
+from trainables.config import TrainConfig
+from trainables.data import DeviceLoader, load_data
+from trainables.models import build_model
+from trainables.pruning import make_permanent, restore_masks
+
+from .config import Experiment, ExperimentError
+from .run import load_saved
+
+
+@dataclass
+class TrialRow:
+    trial_id: str
+    state: str             # Tune's trial state: TERMINATED, ERROR, RUNNING, PENDING, PAUSED
+    status: str            # the trial's own: ok, diverged, infeasible ("" before any report)
+    epoch: int
+    metrics: dict[str, Any]
+    params: dict[str, Any]
+    config: dict[str, Any]
+    checkpoint: str | None  # folder holding checkpoint.pt
+
+
+def _checkpoint_of(trial) -> str | None:
+    ckpt = getattr(trial, "checkpoint", None)
+    if ckpt is not None:
+        return ckpt.path
+    path = (trial.last_result or {}).get("checkpoint_path")  # a TorchTrainer trial's, via TuneReportCallback
+    return path
+
+
+def trials(exp: Experiment) -> list[TrialRow]:
+    from ray.tune import ExperimentAnalysis
+    analysis = ExperimentAnalysis(str(exp.exp_dir))
+    rows = []
+    for t in analysis.trials:
+        last = dict(t.last_result or {})
+        rows.append(TrialRow(t.trial_id, t.status, str(last.get("status", "")), int(last.get("epoch", 0) or 0), last,
+                             {k: t.config.get(k) for k in exp.search}, dict(t.config), _checkpoint_of(t)))
+    return rows
+
+
+def _value(row: TrialRow, metric: str, mode: str) -> float:
+    v = row.metrics.get(metric)
+    if not isinstance(v, (int, float)) or not math.isfinite(v):
+        return -math.inf
+    return v if mode == "max" else -v
+
+
+def pareto_front(rows: list[TrialRow], metrics: list[str], modes: list[str]) -> list[TrialRow]:
+    def dominates(a: TrialRow, b: TrialRow) -> bool:
+        va = [_value(a, m, d) for m, d in zip(metrics, modes)]
+        vb = [_value(b, m, d) for m, d in zip(metrics, modes)]
+        return all(x >= y for x, y in zip(va, vb)) and any(x > y for x, y in zip(va, vb))
+    return [r for r in rows if not any(dominates(o, r) for o in rows if o is not r)]
+
+
+def select(exp: Experiment, rows: list[TrialRow], rule: str | None = None) -> TrialRow:
+    """The best trial with status ok and a checkpoint.  rule: None (the first objective;
+    with two objectives, the Pareto-optimal trial best on it), 'METRIC:min|max' (the
+    Pareto-optimal, or overall, trial best on that metric) or 'trial:ID'."""
+    ok = [r for r in rows if r.status == "ok" and r.checkpoint]
+    if rule and rule.startswith("trial:"):
+        match = [r for r in rows if r.trial_id == rule[6:]]
+        if not match or not match[0].checkpoint:
+            raise ExperimentError(str(exp.exp_dir), [f"--select {rule}: no such trial with a checkpoint; "
+                                                     f"see `tuner status {exp.exp_dir}`"])
+        return match[0]
+    if not ok:
+        raise ExperimentError(str(exp.exp_dir), ["no trial finished an epoch with status ok and a checkpoint"])
+    pool = pareto_front(ok, exp.metrics, exp.modes) if exp.second_objective else ok
+    metric, mode = exp.metric, exp.mode
+    if rule:
+        metric, _, mode = rule.partition(":")
+        if mode not in ("min", "max"):
+            raise ExperimentError(str(exp.exp_dir), [f"--select {rule!r}: write METRIC:min, METRIC:max or trial:ID"])
+    return max(pool, key=lambda r: _value(r, metric, mode))
+
+
+# ---------------------------------------------------------------- export
+
+
+def restore_model(payload: dict[str, Any]) -> tuple[torch.nn.Module, TrainConfig]:
+    cfg = TrainConfig.from_dict(payload["config"])
+    info = payload["model_info"]
+    model = build_model(cfg.replace(pretrained="", freeze_backbone=False), info["in_channels"], info["num_classes"])
+    restore_masks(model, payload["model"])
+    model.load_state_dict(payload["model"])
+    make_permanent(model)
+    return model.eval(), cfg
+
+
+def eval_batches(cfg: TrainConfig, split: str = "val", batch_size: int = 512):
+    """The split's batches exactly as validation saw them: normalised, not augmented, on CPU."""
+    data = load_data(cfg, cfg.seed)
+    scale, shift = data.scale_shift
+    loader = DeviceLoader(getattr(data, split), batch_size=batch_size, device=torch.device("cpu"), scale=scale,
+                          shift=shift, out_dtype=torch.float32, train=False, augment=False,
+                          padding=cfg.crop_padding, flip=False, seed=cfg.seed)
+    return list(loader)
+
+
+@torch.inference_mode()
+def accuracy(model, batches) -> float:
+    correct = total = 0
+    for x, y in batches:
+        correct += int((model(x).argmax(1) == y).sum())
+        total += len(y)
+    return correct / max(total, 1)
+
+
+def export(exp_dir: str | Path, out: str | Path, rule: str | None = None, force: bool = False) -> dict[str, Any]:
+    exp = load_saved(exp_dir)
+    out = Path(out)
+    if out.exists() and any(out.iterdir()) and not force:
+        raise ExperimentError(str(out), ["the output folder is not empty; choose another --out or pass --force"])
+    row = select(exp, trials(exp), rule)
+    payload = ckpt_io.load(row.checkpoint)
+    model, cfg = restore_model(payload)
+    val, test = eval_batches(cfg, "val"), eval_batches(cfg, "test")
+    example = val[0][0][:2]
+    out.mkdir(parents=True, exist_ok=True)
+    files = {}
+    best_cfg = cfg.replace(epochs=exp.budget.max_epochs, workers=1, eval_test=True).to_dict()
+    (out / "best_config.yaml").write_text(
+        f"# Best trial {row.trial_id} of {exp.name}; re-run with: python -m tuner train {out / 'best_config.yaml'}\n"
+        + yaml.safe_dump(best_cfg, sort_keys=False))
+    shutil.copyfile(Path(row.checkpoint) / ckpt_io.FILENAME, out / "checkpoint.pt")
+    torch.save(model.state_dict(), out / "model.pt")
+    torch.export.save(torch.export.export(model, (example,)), out / "model.pt2")
+    with warnings.catch_warnings():
+        # torch 2.14 marks TorchScript deprecated (torch.export is the successor); the
+        # .ts file is still written for runtimes that only load TorchScript.
+        warnings.simplefilter("ignore", FutureWarning)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        torch.jit.save(torch.jit.trace(model, example), out / "model.ts")
+    files["int8"] = _int8(model, out)
+    metrics = {"trial_id": row.trial_id, "metric": exp.metric, "reported": {k: row.metrics.get(k) for k in (
+        "epoch", "val_acc", "val_loss", "sparsity", "samples_per_s") if k in row.metrics},
+        "val_acc": accuracy(model, val), "test_acc": accuracy(model, test),
+        "params": row.params, "input": {"shape": list(example.shape[1:]), "normalise_mean": payload["model_info"]["mean"],
+                                        "normalise_std": payload["model_info"]["std"], "pixel_scale": "0-255"},
+        "files": sorted(p.name for p in out.iterdir()), "int8": files["int8"]}
+    metrics["files"] = sorted(set(metrics["files"]) | {"metrics.json"})
+    (out / "metrics.json").write_text(json.dumps(metrics, indent=1, default=str))
+    return metrics
+
+
+def _int8(model: torch.nn.Module, out: Path) -> str:
+    try:
+        import torchao  # noqa: F401
+        from torchao.quantization import Int8WeightOnlyConfig, quantize_
+    except Exception:
+        return "skipped: torchao is not installed"
+    import copy
+    q = copy.deepcopy(model)
+    quantize_(q, Int8WeightOnlyConfig())
+    torch.save(q.state_dict(), out / "model_int8.pt")
+    return "model_int8.pt (torchao int8 weight-only)"

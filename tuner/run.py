@@ -1,0 +1,174 @@
+"""Ray connection, feasibility, the Tuner (Optuna TPE + ASHA), fit and resume."""
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+
+from trainables.trainable import make_trainable, trial_resources
+
+from .config import Experiment, ExperimentError
+
+EXPERIMENT_FILE = "tuner-experiment.yaml"
+# Ray Train's controller polls its workers this often (default 2 s); shorter ends a
+# TorchTrainer trial ~6 s sooner after its last report.
+TRAIN_ENV = {"RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.2"}
+# A snapshot per checkpoint is what keeps the best and latest checkpoints safe; Tune
+# would warn about it every few seconds on short trials.
+os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
+
+
+class ClusterError(RuntimeError):
+    """The cluster cannot run the experiment (too small, unreachable)."""
+
+
+def connect(address: str | None, exp: Experiment, echo: Callable[[str], None] = print) -> None:
+    """Join `address` / RAY_ADDRESS, or start an embedded local Ray with its dashboard on
+    127.0.0.1 (token authentication stays on)."""
+    import ray
+    if ray.is_initialized():
+        return
+    for k, v in TRAIN_ENV.items():
+        os.environ.setdefault(k, v)
+    runtime_env = {"env_vars": {k: os.environ[k] for k in TRAIN_ENV}}
+    address = address or os.environ.get("RAY_ADDRESS")
+    if address:
+        try:
+            ctx = ray.init(address=address, runtime_env=runtime_env, log_to_driver=False)
+        except Exception as e:
+            raise ClusterError(f"cannot connect to Ray at {address}: {e}") from None
+        echo(f"connected to Ray at {address}")
+    else:
+        need = trial_resources(exp.resources.workers, exp.resources.cpus_per_worker, exp.resources.gpus_per_worker)
+        # Logical CPUs: at least one trial must fit, even on a 2-core laptop.
+        cpus = max(os.cpu_count() or 1, math.ceil(need["CPU"]))
+        ctx = ray.init(address="local", num_cpus=cpus, include_dashboard=True, dashboard_host="127.0.0.1",
+                       runtime_env=runtime_env, log_to_driver=False)
+        echo(f"started a local Ray ({cpus} logical CPUs)")
+    url = getattr(ctx, "dashboard_url", None)
+    if url:
+        token = Path.home() / ".ray" / "auth_token"
+        hint = f" (token: {token})" if token.exists() else ""
+        echo(f"Ray dashboard: http://{url}{hint}")
+
+
+def fitting_concurrency(exp: Experiment, cluster: dict[str, float]) -> int:
+    """How many trials the cluster holds at once; ClusterError when not even one fits."""
+    need = trial_resources(exp.resources.workers, exp.resources.cpus_per_worker, exp.resources.gpus_per_worker)
+    fits = []
+    for res, amount in need.items():
+        if amount <= 0:
+            continue
+        have = cluster.get(res, 0.0)
+        if have + 1e-9 < amount:
+            raise ClusterError(
+                f"one trial needs {amount:g} {res} (resources: workers={exp.resources.workers}, "
+                f"cpus_per_worker={exp.resources.cpus_per_worker:g}, gpus_per_worker={exp.resources.gpus_per_worker:g})"
+                f" but the cluster has {have:g}; lower resources.* or add nodes")
+        fits.append(int(have // amount + 1e-9))
+    cap = min(fits) if fits else exp.budget.num_samples
+    if exp.budget.max_concurrent_trials:
+        cap = min(cap, exp.budget.max_concurrent_trials)
+    return max(1, min(cap, exp.budget.num_samples))
+
+
+def build_tuner(exp: Experiment, concurrency: int):
+    from ray import tune
+    from ray.tune.schedulers import ASHAScheduler
+
+    from .searcher import FidelityOptunaSearch
+    from .space import param_space
+    multi = exp.second_objective is not None
+    # One objective: Tune hands metric/mode to the searcher and scheduler (and shows the
+    # metric in its trial table).  Two: the searcher gets both, ASHA stops on the first.
+    searcher = FidelityOptunaSearch(metric=exp.metrics if multi else None, mode=exp.modes if multi else None,
+                                    seed=exp.seed, max_epochs=exp.budget.max_epochs)
+    scheduler = ASHAScheduler(time_attr="epoch", metric=exp.metric if multi else None,
+                              mode=exp.mode if multi else None, max_t=exp.budget.max_epochs,
+                              grace_period=exp.budget.grace_epochs, reduction_factor=exp.budget.reduction_factor)
+    return tune.Tuner(
+        trainable_for(exp),
+        param_space=param_space(exp),
+        tune_config=tune.TuneConfig(metric=None if multi else exp.metric, mode=None if multi else exp.mode,
+                                    search_alg=searcher, scheduler=scheduler, num_samples=exp.budget.num_samples,
+                                    max_concurrent_trials=concurrency, time_budget_s=exp.budget.time_limit_s,
+                                    reuse_actors=exp.resources.workers == 1),
+        run_config=tune.RunConfig(
+            name=exp.name, storage_path=str(exp.exp_dir.parent),
+            checkpoint_config=tune.CheckpointConfig(num_to_keep=1, checkpoint_score_attribute=exp.metric,
+                                                    checkpoint_score_order=exp.mode),  # best + latest
+            failure_config=tune.FailureConfig(max_failures=1), verbose=1),
+    )
+
+
+def trainable_for(exp: Experiment):
+    r = exp.resources
+    return make_trainable(r.workers, r.cpus_per_worker, r.gpus_per_worker, str(exp.exp_dir / "train-runs"))
+
+
+def _save_experiment(exp: Experiment) -> None:
+    exp.exp_dir.mkdir(parents=True, exist_ok=True)
+    data = exp.model_dump(mode="json", exclude_unset=True)  # what the user wrote, not every default
+    (exp.exp_dir / EXPERIMENT_FILE).write_text(yaml.safe_dump(data, sort_keys=False))
+
+
+def load_saved(exp_dir: str | Path) -> Experiment:
+    path = Path(exp_dir) / EXPERIMENT_FILE
+    if not path.is_file():
+        raise ExperimentError(str(exp_dir), [f"not an experiment folder: {path} is missing "
+                                             "(give the folder that `tuner run` printed)"])
+    from .config import parse
+    exp = parse(path.read_text(), str(path))
+    # The folder may have moved since the run: trust where it is now.
+    return exp.model_copy(update={"storage_path": str(Path(exp_dir).resolve().parent),
+                                  "name": Path(exp_dir).resolve().name})
+
+
+def run_experiment(exp: Experiment, address: str | None = None, echo: Callable[[str], None] = print):
+    """Validate-then-run: refuses an existing experiment folder, checks that a trial fits."""
+    import ray
+    if (exp.exp_dir / EXPERIMENT_FILE).exists():
+        raise ExperimentError(str(exp.exp_dir), [
+            "this experiment folder exists already; `tuner resume " + str(exp.exp_dir) + "` continues it, or "
+            "choose another name (--set name=NEW)"])
+    connect(address, exp, echo)
+    concurrency = fitting_concurrency(exp, ray.cluster_resources())
+    _save_experiment(exp)
+    echo(f"experiment {exp.name}: {exp.budget.num_samples} trials, up to {concurrency} at once, "
+         f"ASHA over {exp.budget.max_epochs} epochs; results in {exp.exp_dir}")
+    results = build_tuner(exp, concurrency).fit()
+    return summarize(exp, results)
+
+
+def resume_experiment(exp_dir: str | Path, address: str | None = None, echo: Callable[[str], None] = print):
+    import ray
+    from ray import tune
+    exp = load_saved(exp_dir)
+    connect(address, exp, echo)
+    fitting_concurrency(exp, ray.cluster_resources())
+    if not tune.Tuner.can_restore(str(exp.exp_dir)):
+        raise ExperimentError(str(exp_dir), ["no Tune state to resume from in this folder"])
+    tuner = tune.Tuner.restore(str(exp.exp_dir), trainable=trainable_for(exp), resume_unfinished=True,
+                               resume_errored=True)
+    echo(f"resuming {exp.exp_dir}")
+    return summarize(exp, tuner.fit())
+
+
+def summarize(exp: Experiment, results) -> dict[str, Any]:
+    """The best trial by the experiment's metric (last reported value), as plain values."""
+    errors = [str(r.error).splitlines()[0] for r in results if r.error]
+    try:
+        best = results.get_best_result(metric=exp.metric, mode=exp.mode, scope="last", filter_nan_and_inf=True)
+    except RuntimeError:
+        best = None
+    out = {"exp_dir": str(exp.exp_dir), "trials": len(results), "errors": errors, "best": None}
+    if best is not None and best.metrics:
+        params = {k: best.config[k] for k in exp.search if k in best.config}
+        out["best"] = {"metric": exp.metric, "value": best.metrics.get(exp.metric),
+                       "epoch": best.metrics.get("epoch"), "params": params, "path": best.path}
+    (exp.exp_dir / "summary.json").write_text(json.dumps(out, indent=1, default=str))
+    return out

@@ -1,0 +1,74 @@
+"""A fidelity-aware Optuna searcher for ASHA.
+
+Ray's OptunaSearch tells Optuna an ASHA-stopped trial as COMPLETE with its partial
+metric, so TPE would learn from a 1-epoch score as if it were final.  Here each epoch's
+metric becomes an intermediate value at step `epoch`, a trial stopped before the last
+epoch is told as PRUNED (TPE ranks those by their last intermediate value), a finished
+one as COMPLETE, and one that ended with status diverged/infeasible as FAIL.  A NaN is
+never told to Optuna.
+"""
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+from ray.tune.search.optuna import OptunaSearch
+
+log = logging.getLogger(__name__)
+
+
+def _finite(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+class FidelityOptunaSearch(OptunaSearch):
+    def __init__(self, *args: Any, max_epochs: int, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.max_epochs = max_epochs
+        self.last_results: dict[str, dict] = {}
+        self.reported: dict[str, set[int]] = {}
+
+    @property
+    def study(self) -> optuna.Study:
+        return self._ot_study
+
+    def _objectives(self) -> list[str]:
+        return list(self._metric) if isinstance(self._metric, list) else [self._metric]
+
+    def on_trial_result(self, trial_id: str, result: dict) -> None:
+        if trial_id in self._completed_trials or trial_id not in self._ot_trials:
+            return
+        self.last_results[trial_id] = result
+        if isinstance(self._metric, list):  # Optuna takes no intermediate values for several objectives
+            return
+        value, epoch = result.get(self._metric), result.get("epoch")
+        if result.get("status", "ok") != "ok" or not _finite(value) or epoch is None:
+            return
+        steps = self.reported.setdefault(trial_id, set())
+        if int(epoch) not in steps:  # a resumed trial may repeat an epoch; Optuna warns on repeats
+            self._ot_trials[trial_id].report(float(value), step=int(epoch))
+            steps.add(int(epoch))
+
+    def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
+        if trial_id in self._completed_trials or trial_id not in self._ot_trials:
+            return
+        result = result or self.last_results.get(trial_id) or {}
+        trial = self._ot_trials[trial_id]
+        values = [result.get(m) for m in self._objectives()]
+        status = result.get("status", "ok")
+        if error or status != "ok" or not all(_finite(v) for v in values):
+            state, told = TrialState.FAIL, None
+        elif int(result.get("epoch", 0)) < self.max_epochs:
+            state, told = TrialState.PRUNED, None
+        else:
+            state, told = TrialState.COMPLETE, (values if isinstance(self._metric, list) else values[0])
+        try:
+            self._ot_study.tell(trial, told, state=state)
+        except Exception as e:  # never let bookkeeping end the search
+            log.warning("optuna tell for trial %s failed: %s", trial_id, e)
+        self._completed_trials.add(trial_id)
+        self.last_results.pop(trial_id, None)
+        self.reported.pop(trial_id, None)
