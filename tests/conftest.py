@@ -22,3 +22,16 @@ def digits_config(cache_dir, **over):
                 flip=False, crop_padding=1, width=0.5)
     base.update(over)
     return TrainConfig.from_dict(base)
+
+
+@pytest.fixture(scope="session")
+def ray_address(tmp_path_factory):
+    """One local Ray for the whole test session (4 logical CPUs: a 2-worker DDP trial needs a
+    driver plus one CPU per worker), shut down at the end."""
+    import ray
+    os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.2")
+    os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
+    ctx = ray.init(address="local", num_cpus=4, include_dashboard=True, dashboard_host="127.0.0.1",
+                   log_to_driver=False, runtime_env={"env_vars": {"RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.2"}})
+    yield ctx.address_info["address"]
+    ray.shutdown()

@@ -19,6 +19,7 @@ PRECISIONS = ("fp32", "bf16", "fp16")
 KERNELS = ("auto", "triton", "torch")
 PRUNE_SCOPES = ("global", "layer")
 DEVICES = ("auto", "cpu", "cuda")
+FAULTS = ("", "nan_loss", "oom")
 
 # Settings that only mean something for the torch DataLoader.
 TORCH_LOADER_FIELDS = ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor",
@@ -101,6 +102,7 @@ class RunConfig:
     device: str = "auto"             # auto | cpu | cuda
     workers: int = 1                 # data-parallel workers per trial
     checkpoint_every: int = 1        # epochs between checkpoints
+    inject_fault: str = ""           # testing seam: "nan_loss" or "oom" from the first step
 
 
 SECTIONS = (DataConfig, ModelConfig, OptimConfig, StepConfig, PruneConfig, RunConfig)
@@ -155,7 +157,7 @@ def problems_of(cfg: TrainConfig, has_gpu: bool) -> list[str]:
     for name, allowed in (("dataset", DATASETS), ("loader", LOADERS), ("model", MODELS),
                           ("optimizer", OPTIMIZERS), ("scheduler", SCHEDULERS),
                           ("precision", PRECISIONS), ("kernels", KERNELS),
-                          ("prune_scope", PRUNE_SCOPES), ("device", DEVICES)):
+                          ("prune_scope", PRUNE_SCOPES), ("device", DEVICES), ("inject_fault", FAULTS)):
         one_of(name, allowed)
     if cfg.precision == "fp16" and not has_gpu:
         p.append("precision='fp16' needs a CUDA GPU (GradScaler and fp16 autocast); "

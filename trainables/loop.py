@@ -62,6 +62,13 @@ def build_scheduler(cfg: TrainConfig, opt: torch.optim.Optimizer, steps_per_epoc
 def make_loss(cfg: TrainConfig, impl: str):
     def loss_fn(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return kernels.cross_entropy(logits, y, cfg.label_smoothing, impl=impl)
+
+    if cfg.inject_fault == "nan_loss":
+        return lambda logits, y: loss_fn(logits, y) * float("nan")
+    if cfg.inject_fault == "oom":
+        def oom(logits, y):
+            raise torch.OutOfMemoryError("injected fault: CUDA out of memory (inject_fault=oom)")
+        return oom
     return loss_fn
 
 

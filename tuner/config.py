@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import itertools
+import os
 import math
 import re
 import typing
@@ -287,6 +288,8 @@ def _combination_problems(exp: Experiment, skip: set[str] = frozenset()) -> list
             found.setdefault(str(e), where)
             continue
         rules = problems_of(cfg, has_gpu)
+        if cfg.kernels == "triton" and not has_gpu and os.environ.get("TRITON_INTERPRET") != "1":
+            rules.append("kernels='triton' needs a GPU and resources.gpus_per_worker is 0; use kernels: auto")
         size = cfg.synthetic_size if cfg.dataset == "synthetic" else TRAIN_SIZES.get(cfg.dataset)
         if cfg.train_subset:
             size = min(size or cfg.train_subset, cfg.train_subset)

@@ -141,13 +141,14 @@ def export(exp_dir: str | Path, out: str | Path, rule: str | None = None, force:
     example = val[0][0][:2]
     out.mkdir(parents=True, exist_ok=True)
     files = {}
-    best_cfg = cfg.replace(epochs=exp.budget.max_epochs, workers=1, eval_test=True).to_dict()
+    best_cfg = cfg.replace(epochs=exp.budget.max_epochs, workers=1, eval_test=True, device="auto").to_dict()
     (out / "best_config.yaml").write_text(
         f"# Best trial {row.trial_id} of {exp.name}; re-run with: python -m tuner train {out / 'best_config.yaml'}\n"
         + yaml.safe_dump(best_cfg, sort_keys=False))
     shutil.copyfile(Path(row.checkpoint) / ckpt_io.FILENAME, out / "checkpoint.pt")
     torch.save(model.state_dict(), out / "model.pt")
-    torch.export.save(torch.export.export(model, (example,)), out / "model.pt2")
+    batch = ({0: torch.export.Dim.DYNAMIC},)  # any batch size, not just the example's
+    torch.export.save(torch.export.export(model, (example,), dynamic_shapes=batch), out / "model.pt2")
     with warnings.catch_warnings():
         # torch 2.14 marks TorchScript deprecated (torch.export is the successor); the
         # .ts file is still written for runtimes that only load TorchScript.

@@ -42,6 +42,9 @@ class FidelityOptunaSearch(OptunaSearch):
         if trial_id in self._completed_trials or trial_id not in self._ot_trials:
             return
         self.last_results[trial_id] = result
+        self._report(trial_id, result)
+
+    def _report(self, trial_id: str, result: dict) -> None:
         if isinstance(self._metric, list):  # Optuna takes no intermediate values for several objectives
             return
         value, epoch = result.get(self._metric), result.get("epoch")
@@ -56,6 +59,8 @@ class FidelityOptunaSearch(OptunaSearch):
         if trial_id in self._completed_trials or trial_id not in self._ot_trials:
             return
         result = result or self.last_results.get(trial_id) or {}
+        # Tune hands the result a trial stopped or finished on to this call only.
+        self._report(trial_id, result)
         trial = self._ot_trials[trial_id]
         values = [result.get(m) for m in self._objectives()]
         status = result.get("status", "ok")

@@ -1,0 +1,149 @@
+"""The experiment schema: every shipped YAML validates; every bad input gets its message."""
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tuner.config import ExperimentError, load, parse
+
+ROOT = Path(__file__).resolve().parents[1]
+SHIPPED = sorted((ROOT / "search_spaces").glob("*.yaml"))
+
+GOOD = """
+name: t
+budget: {num_samples: 2, max_epochs: 2}
+train: {dataset: digits, lr: 0.1}
+search:
+  weight_decay: {type: loguniform, low: 1.0e-5, high: 1.0e-3}
+"""
+
+
+def problems(text: str) -> list[str]:
+    with pytest.raises(ExperimentError) as e:
+        parse(text)
+    return e.value.problems
+
+
+def one(text: str, *needles: str) -> str:
+    found = [p for p in problems(text) if all(n in p for n in needles)]
+    assert found, (needles, problems(text))
+    return found[0]
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
+def test_every_shipped_search_space_validates_and_says_how_to_run_it(path):
+    exp = load(path)
+    assert exp.search
+    head = path.read_text().splitlines()[:12]
+    assert head[0].startswith("#") and any("python -m tuner run" in line for line in head)
+
+
+def test_shipped_set_is_complete():
+    assert {p.name for p in SHIPPED} >= {"quickstart.yaml", "cifar.yaml", "cifar-fast.yaml", "cifar-smoke.yaml"}
+
+
+def test_good_file_parses():
+    exp = parse(GOOD)
+    assert exp.name == "t" and exp.base_config()["lr"] == 0.1
+
+
+def test_unknown_key_with_did_you_mean():
+    assert "did you mean 'metric'" in one(GOOD + "metrc: val_acc\n", "metrc")
+    assert "did you mean 'micro_batch_size'" in one(GOOD.replace("lr: 0.1", "micro_batch: 4"), "train.micro_batch")
+    assert "did you mean 'lr'" in one(GOOD + "  lrr: {type: uniform, low: 0.1, high: 0.2}\n", "search.lrr")
+
+
+def test_log_bound_must_be_positive():
+    one(GOOD.replace("low: 1.0e-5", "low: 0"), "search.weight_decay.low", "> 0")
+
+
+def test_low_must_be_below_high():
+    one(GOOD.replace("high: 1.0e-3", "high: 1.0e-6"), "search.weight_decay", "low < high")
+
+
+def test_empty_choice():
+    one(GOOD + "  optimizer: {type: choice, values: []}\n", "search.optimizer.values", "empty choice")
+
+
+def test_non_finite_numbers():
+    one(GOOD.replace("high: 1.0e-3", "high: .inf"), "search.weight_decay", "finite")
+    one(GOOD + "  momentum: {type: choice, values: [0.9, .nan]}\n", "search.momentum", "non-finite")
+
+
+def test_yaml_1e_minus_3_is_taken_as_a_number():
+    exp = parse(GOOD.replace("lr: 0.1", "lr: 1e-3").replace("low: 1.0e-5", "low: 1e-5"))
+    assert exp.base_config()["lr"] == 0.001 and isinstance(exp.search["weight_decay"].low, float)
+
+
+def test_yaml_yes_off_booleans_are_refused():
+    one(GOOD.replace("lr: 0.1", "lr: 0.1, scheduler: off"), "train.scheduler", "boolean", "quote")
+
+
+def test_duplicate_keys():
+    assert "duplicate key 'lr'" in one(GOOD.replace("lr: 0.1", "lr: 0.1, lr: 0.2"), "duplicate")
+
+
+def test_field_fixed_and_searched():
+    one(GOOD + "  lr: {type: uniform, low: 0.01, high: 0.2}\n", "search.lr", "both fixed")
+
+
+def test_fp16_without_gpus():
+    one(GOOD.replace("lr: 0.1", "lr: 0.1, precision: fp16"), "fp16")
+    exp = parse(GOOD.replace("lr: 0.1", "lr: 0.1, precision: fp16") + "resources: {gpus_per_worker: 1}\n")
+    assert exp.train.precision == "fp16"  # a GPU experiment validates on a laptop
+
+
+def test_dataloader_settings_searched_with_the_device_loader():
+    text = GOOD + "  num_workers: {type: choice, values: [0, 2]}\n"
+    one(text, "num_workers", "loader")
+    parse(text.replace("lr: 0.1", "lr: 0.1, loader: torch"))
+
+
+def test_a_searched_combination_that_breaks_a_rule():
+    text = GOOD + ("  micro_batch_size: {type: choice, values: [64, 512]}\n"
+                   "  accumulation_steps: {type: choice, values: [1, 4]}\n")
+    msg = one(text, "global batch 2048")
+    assert "micro_batch_size=512" in msg and "accumulation_steps=4" in msg
+
+
+def test_every_problem_is_reported_at_once():
+    text = (GOOD.replace("lr: 0.1", "lr: 0.1, precision: fp16")
+            + "  lrr: {type: uniform, low: 2, high: 1}\n  momentum: {type: uniform, low: 0.9, high: 0.1}\n"
+            + "metrc: x\n")
+    found = problems(text)
+    for needle in ("metrc", "search.lrr", "search.momentum", "fp16"):
+        assert any(needle in p for p in found), (needle, found)
+
+
+def test_set_overrides_apply():
+    exp = parse(GOOD, overrides=["train.lr=0.2", "budget.num_samples=5", "momentum=0.8"])
+    assert exp.base_config()["lr"] == 0.2 and exp.budget.num_samples == 5 and exp.base_config()["momentum"] == 0.8
+
+
+def _cli(*args, cwd):
+    return subprocess.run([sys.executable, "-m", "tuner", *args], capture_output=True, text=True, cwd=cwd,
+                          timeout=120)
+
+
+def test_cli_validate_lists_problems_and_run_starts_nothing(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(GOOD.replace("lr: 0.1", "lr: 0.1, precision: fp16") + f"storage_path: {tmp_path / 'runs'}\n"
+                   "metrc: x\n")
+    v = _cli("validate", str(bad), cwd=tmp_path)
+    assert v.returncode != 0 and "metrc" in v.stderr and "fp16" in v.stderr and "Traceback" not in v.stderr
+    r = _cli("run", str(bad), cwd=tmp_path)
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+    assert "Ray" not in r.stdout and not (tmp_path / "runs").exists()
+
+
+def test_cli_user_mistakes_are_one_line_without_traceback(tmp_path):
+    for args in (["status", str(tmp_path / "nope")], ["run", str(tmp_path / "missing.yaml")],
+                 ["export", str(tmp_path), "--out", str(tmp_path / "o")]):
+        r = _cli(*args, cwd=tmp_path)
+        assert r.returncode != 0 and "Traceback" not in r.stderr and r.stderr.startswith("error:"), r.stderr
+
+
+def test_cli_help():
+    r = subprocess.run([sys.executable, "-m", "tuner", "--help"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and all(v in r.stdout for v in ("run", "validate", "status", "resume", "export", "train"))

@@ -1,0 +1,150 @@
+"""The tuning service end to end on the session's shared local Ray."""
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from tuner.config import parse
+
+pytestmark = pytest.mark.integration
+
+SMALL = """
+name: small
+storage_path: {storage}
+metric: val_acc
+mode: max
+seed: 0
+budget: {{num_samples: 9, max_epochs: 3, grace_epochs: 1, reduction_factor: 3, max_concurrent_trials: 1}}
+resources: {{workers: 1, cpus_per_worker: 1}}
+train: {{dataset: digits, cache_dir: {cache}, model: convnet, width: 0.5, flip: false, crop_padding: 1,
+         max_nonfinite_steps: 2}}
+search:
+  lr: {{type: loguniform, low: 1.0e-3, high: 0.3}}
+  micro_batch_size: {{type: choice, values: [32, 64]}}
+  inject_fault: {{type: choice, values: ["", "", "", "", "nan_loss"]}}
+"""
+
+
+@pytest.fixture(scope="module")
+def small_run(ray_address, tmp_path_factory):
+    from tuner.run import run_experiment
+    root = tmp_path_factory.mktemp("small")
+    exp = parse(SMALL.format(storage=root / "runs", cache=root / "cache"))
+    summary = run_experiment(exp, echo=lambda s: None)
+    return exp, summary
+
+
+def _results(exp):
+    from tuner.export import trials
+    return trials(exp)
+
+
+@pytest.mark.timeout(600)
+def test_search_reaches_its_metric_and_asha_stops_early(small_run):
+    exp, summary = small_run
+    assert summary["trials"] == 9 and summary["best"]["value"] >= 0.9
+    rows = _results(exp)
+    stopped = [r for r in rows if r.status == "ok" and r.epoch < exp.budget.max_epochs]
+    assert stopped, [(r.trial_id, r.status, r.epoch) for r in rows]
+
+
+def _study(exp):
+    from tuner.searcher import FidelityOptunaSearch
+    s = FidelityOptunaSearch(max_epochs=exp.budget.max_epochs)
+    s.restore_from_dir(str(exp.exp_dir))
+    return s.study
+
+
+def test_optuna_study_holds_pruned_complete_and_failed(small_run):
+    from optuna.trial import TrialState
+    exp, _ = small_run
+    study = _study(exp)
+    by_state = {}
+    for t in study.trials:
+        by_state.setdefault(t.state, []).append(t)
+    assert TrialState.PRUNED in by_state and TrialState.COMPLETE in by_state and TrialState.FAIL in by_state, \
+        {s.name: len(v) for s, v in by_state.items()}
+    for t in by_state[TrialState.PRUNED]:
+        assert t.intermediate_values and max(t.intermediate_values) < exp.budget.max_epochs
+    for t in by_state[TrialState.COMPLETE]:
+        assert t.value == t.intermediate_values[exp.budget.max_epochs] and math.isfinite(t.value)
+    for t in by_state[TrialState.FAIL]:
+        assert t.params["inject_fault"] == "nan_loss" and t.value is None
+    assert not any(t.state == TrialState.RUNNING for t in study.trials)
+
+
+def test_diverged_trial_reports_a_finite_worst_value(small_run):
+    exp, _ = small_run
+    diverged = [r for r in _results(exp) if r.status == "diverged"]
+    assert diverged and all(r.metrics["val_acc"] == 0.0 and math.isfinite(r.metrics["val_loss"]) for r in diverged)
+
+
+def test_export_models_recompute_the_reported_accuracy(small_run, tmp_path):
+    from tuner.export import accuracy, eval_batches, export
+    from trainables.config import TrainConfig
+    exp, summary = small_run
+    m = export(exp.exp_dir, tmp_path / "best")
+    assert m["val_acc"] == m["reported"]["val_acc"] and 0 < m["test_acc"] <= 1
+    for name in ("best_config.yaml", "checkpoint.pt", "model.pt", "model.pt2", "model.ts", "metrics.json"):
+        assert (tmp_path / "best" / name).is_file(), name
+    cfg = TrainConfig.from_dict(torch.load(tmp_path / "best" / "checkpoint.pt", weights_only=True)["config"])
+    val = eval_batches(cfg, "val")
+    ts = torch.jit.load(str(tmp_path / "best" / "model.ts"))
+    pt2 = torch.export.load(str(tmp_path / "best" / "model.pt2")).module()
+    assert accuracy(ts, val) == m["reported"]["val_acc"]
+    assert accuracy(pt2, val) == m["reported"]["val_acc"]
+
+
+def _cli(*args, cwd=None, timeout=300):
+    return subprocess.run([sys.executable, "-m", "tuner", *args], capture_output=True, text=True, timeout=timeout,
+                          cwd=cwd)
+
+
+def test_status_json_lists_every_trial(small_run):
+    exp, _ = small_run
+    r = _cli("status", str(exp.exp_dir), "--json")
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert len(data["trials"]) == 9 and data["best"]
+
+
+def test_exported_config_trains_again(small_run, tmp_path):
+    exp, _ = small_run
+    from tuner.export import export
+    export(exp.exp_dir, tmp_path / "b")
+    r = _cli("train", str(tmp_path / "b" / "best_config.yaml"), "--set", "epochs=1")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout.strip().splitlines()[-1])["status"] == "ok"
+
+
+@pytest.mark.timeout(600)
+def test_two_worker_ddp_trial_through_torchtrainer(ray_address, tmp_path, monkeypatch):
+    from test_data import write_cifar
+    import torchvision.datasets.cifar as tvc
+    from trainables import data as D
+    from trainables.config import DataConfig
+    monkeypatch.setattr(tvc, "check_integrity", lambda fpath, md5=None: os.path.isfile(fpath))
+    root, cache = tmp_path / "data", tmp_path / "cache"
+    write_cifar(root, per_batch=16, n_test=20)
+    # The fixture's files are not the published ones (torchvision's md5 check would refuse
+    # them in the trial's processes): build the HDF5 cache here, the trials read it.
+    D.load_arrays(DataConfig(dataset="cifar10", data_root=str(root), cache_dir=str(cache)))
+    spec = Path(__file__).resolve().parents[1] / "search_spaces" / "cifar-smoke.yaml"
+    r = _cli("run", str(spec), "--address", ray_address, "--set", f"train.data_root={root}",
+             "--set", f"train.cache_dir={cache}", "--set", f"storage_path={tmp_path / 'runs'}", timeout=540)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    exp_dir = tmp_path / "runs" / "cifar10-smoke"
+    summary = json.loads((exp_dir / "summary.json").read_text())
+    assert summary["trials"] == 1 and not summary["errors"] and summary["best"]["epoch"] == 2
+    from tuner.export import trials
+    from tuner.run import load_saved
+    row = trials(load_saved(exp_dir))[0]
+    assert row.status == "ok" and row.metrics["global_batch_size"] == 16  # 8 per worker x 2 workers
+    assert row.checkpoint and Path(row.checkpoint, "checkpoint.pt").is_file()
