@@ -148,3 +148,58 @@ def test_two_worker_ddp_trial_through_torchtrainer(ray_address, tmp_path, monkey
     row = trials(load_saved(exp_dir))[0]
     assert row.status == "ok" and row.metrics["global_batch_size"] == 16  # 8 per worker x 2 workers
     assert row.checkpoint and Path(row.checkpoint, "checkpoint.pt").is_file()
+
+
+RESUMABLE = """
+name: resumable
+storage_path: {storage}
+seed: 1
+budget: {{num_samples: 4, max_epochs: 6, grace_epochs: 6, max_concurrent_trials: 1}}
+resources: {{workers: 1, cpus_per_worker: 1}}
+train: {{dataset: digits, cache_dir: {cache}, model: convnet, width: 1.0, micro_batch_size: 16, flip: false,
+         crop_padding: 1}}
+search:
+  lr: {{type: loguniform, low: 1.0e-2, high: 0.1}}
+"""
+
+
+def _epochs_by_trial(exp_dir: Path) -> dict[str, list[int]]:
+    out = {}
+    for f in exp_dir.glob("*/result.json"):
+        lines = [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
+        out[f.parent.name] = [r["epoch"] for r in lines]
+    return out
+
+
+@pytest.mark.timeout(600)
+def test_resume_after_interrupt_finishes_every_trial_without_restarting(ray_address, tmp_path):
+    spec = tmp_path / "resumable.yaml"
+    spec.write_text(RESUMABLE.format(storage=tmp_path / "runs", cache=tmp_path / "cache"))
+    exp_dir = tmp_path / "runs" / "resumable"
+    proc = subprocess.Popen([sys.executable, "-m", "tuner", "run", str(spec), "--address", ray_address],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.time() + 240
+        # Interrupt once the second trial is part-way through (it has a checkpoint to resume from).
+        while time.time() < deadline:
+            epochs = _epochs_by_trial(exp_dir) if exp_dir.exists() else {}
+            if len(epochs) >= 2 and any(e and 2 <= e[-1] < 6 for e in epochs.values()):
+                break
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    before = _epochs_by_trial(exp_dir)
+    unfinished = {k: v for k, v in before.items() if v and v[-1] < 6}
+    assert unfinished, (before, out[-2000:])
+    r = _cli("resume", str(exp_dir), "--address", ray_address, timeout=400)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    after = _epochs_by_trial(exp_dir)
+    assert len(after) == 4, after
+    for name, epochs in after.items():
+        assert epochs == sorted(set(epochs)), (name, epochs)  # no epoch run twice: never back to epoch 1
+        assert epochs[-1] == 6, (name, epochs)
+    for name, epochs in unfinished.items():
+        assert after[name][: len(epochs)] == epochs and len(after[name]) > len(epochs)
