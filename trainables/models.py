@@ -5,7 +5,6 @@ import logging
 
 import torch
 from torch import nn
-from torchvision import models as tvm
 
 from .config import ConfigError, ModelConfig
 
@@ -69,6 +68,10 @@ def head_of(model: nn.Module) -> nn.Module:
 
 def build_model(cfg: ModelConfig, in_channels: int, num_classes: int) -> nn.Module:
     name = cfg.model
+    if name != "convnet":
+        # torchvision costs ~1.2 s to import (it pulls in torch._dynamo): only when needed,
+        # since every DDP worker pays it before its first step.
+        from torchvision import models as tvm
     if name == "convnet":
         model = ConvNet(in_channels, num_classes, cfg.width, cfg.dropout)
     elif name == "resnet18":

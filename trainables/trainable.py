@@ -4,9 +4,6 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from .loop import train_loop
-from .session import TrainSession, TuneSession
-
 # A Tune trial whose work runs on Train workers still needs a (tiny) resource of its own.
 DRIVER_CPU = 0.01
 
@@ -25,6 +22,8 @@ def make_trainable(workers: int, cpus_per_worker: float, gpus_per_worker: float,
 
     if workers <= 1:
         def trainable(config: dict[str, Any]) -> None:
+            from .loop import train_loop
+            from .session import TuneSession
             train_loop(dict(config), TuneSession(config.get("device", "auto")))
         return tune.with_resources(trainable, {"cpu": cpus_per_worker, "gpu": gpus_per_worker})
 
@@ -35,6 +34,9 @@ def make_trainable(workers: int, cpus_per_worker: float, gpus_per_worker: float,
 
 
 def _train_worker(config: dict[str, Any]) -> None:
+    # Imported here: the Tune trial process that only drives TorchTrainer never loads torch.
+    from .loop import train_loop
+    from .session import TrainSession
     train_loop(config, TrainSession(config.get("device", "auto")))
 
 

@@ -1,0 +1,90 @@
+"""Per-trial fixed cost and per-report cost: in-process trials against TorchTrainer (2 workers).
+
+    .venv/bin/python benchmarks/trial_overhead.py
+
+The same tiny trial (digits, convnet width 0.25, one optimizer step per epoch, 6 epochs)
+runs 3 times in-process and 3 times under TorchTrainer with 2 gloo workers, one trial at
+a time, on one local Ray.  A Tune callback stamps each trial's start, every result and
+its end; the compute each epoch reports (epoch_s) is taken out, so what remains is cost:
+  start   trial start -> first result, less that epoch's compute
+  end     last result -> trial end
+  report  mean gap between results, less the epoch's compute
+Targets on 2 cores: in-process start+end <= 2 s; TorchTrainer start+end <= 10 s and
+report <= 0.5 s.
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import tempfile
+import time
+
+os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.2")
+os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
+
+import ray  # noqa: E402
+from ray import tune  # noqa: E402
+
+from trainables.config import TrainConfig  # noqa: E402
+from trainables.trainable import make_trainable  # noqa: E402
+
+EPOCHS, TRIALS = 6, 3
+
+
+class Stamps(tune.Callback):
+    def __init__(self):
+        self.start, self.results, self.end = {}, {}, {}
+
+    def on_trial_start(self, iteration, trials, trial, **info):
+        self.start.setdefault(trial.trial_id, time.perf_counter())
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        self.results.setdefault(trial.trial_id, []).append((time.perf_counter(), result.get("epoch_s", 0.0)))
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        self.end[trial.trial_id] = time.perf_counter()
+
+
+def measure(workers: int, storage: str, cache: str) -> dict:
+    cfg = TrainConfig(dataset="digits", cache_dir=cache, width=0.25, epochs=EPOCHS, max_steps_per_epoch=1,
+                      micro_batch_size=32, flip=False, crop_padding=1, device="cpu", workers=workers).to_dict()
+    stamps = Stamps()
+    trainable = make_trainable(workers, 1.0, 0.0, os.path.join(storage, f"train-{workers}"))
+    tune.Tuner(trainable, param_space=cfg,
+               tune_config=tune.TuneConfig(num_samples=TRIALS, max_concurrent_trials=1, reuse_actors=workers == 1),
+               run_config=tune.RunConfig(name=f"overhead-{workers}", storage_path=storage, verbose=0, callbacks=[stamps],
+                                         checkpoint_config=tune.CheckpointConfig(num_to_keep=1))).fit()
+    starts, ends, reports = [], [], []
+    for tid, res in stamps.results.items():
+        starts.append(res[0][0] - stamps.start[tid] - res[0][1])
+        ends.append(stamps.end[tid] - res[-1][0])
+        reports += [(b[0] - a[0]) - b[1] for a, b in zip(res, res[1:])]
+    return {"start_s": statistics.mean(starts), "end_s": statistics.mean(ends),
+            "fixed_s": statistics.mean(starts) + statistics.mean(ends), "report_s": statistics.mean(reports),
+            "trials": len(stamps.results)}
+
+
+def main() -> None:
+    storage, cache = tempfile.mkdtemp(prefix="tuner-overhead-"), tempfile.mkdtemp(prefix="tuner-cache-")
+    ray.init(address="local", num_cpus=4, include_dashboard=True, dashboard_host="127.0.0.1", log_to_driver=False,
+             runtime_env={"env_vars": {"RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.2"}})
+    try:
+        inproc = measure(1, storage, cache)
+        ddp = measure(2, storage, cache)
+    finally:
+        ray.shutdown()
+    for name, r in (("in-process", inproc), ("TorchTrainer x2", ddp)):
+        print(f"{name:16s} start {r['start_s']:6.2f} s  end {r['end_s']:6.2f} s  fixed {r['fixed_s']:6.2f} s  "
+              f"per report {r['report_s']:6.3f} s  ({r['trials']} trials)")
+    print(f"TorchTrainer / in-process: fixed {ddp['fixed_s'] / inproc['fixed_s']:.1f}x, "
+          f"per report {ddp['report_s'] / max(inproc['report_s'], 1e-6):.1f}x")
+    met = inproc["fixed_s"] <= 2.0 and ddp["fixed_s"] <= 10.0 and ddp["report_s"] <= 0.5
+    print("BENCH " + json.dumps({"bench": "trial_overhead", "inprocess": {k: round(v, 3) for k, v in inproc.items()},
+                                 "torchtrainer": {k: round(v, 3) for k, v in ddp.items()},
+                                 "targets": {"inprocess_fixed_s": 2.0, "torchtrainer_fixed_s": 10.0,
+                                             "torchtrainer_report_s": 0.5}, "met": met}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,71 @@
+"""The fidelity-aware searcher and trial selection, without a Ray cluster."""
+import math
+
+from optuna.trial import TrialState
+from ray import tune
+
+from tuner.config import parse
+from tuner.export import TrialRow, pareto_front, select
+from tuner.searcher import FidelityOptunaSearch
+
+
+def searcher(metric="val_acc", mode="max"):
+    s = FidelityOptunaSearch(metric=metric, mode=mode, seed=0, max_epochs=3)
+    s.set_search_properties(None, None, {"lr": tune.loguniform(1e-3, 1.0)})
+    return s
+
+
+def run(s, tid, epochs, status="ok", value=lambda e: 0.1 * e, error=False):
+    s.suggest(tid)
+    results = [{"epoch": e, "status": status, "val_acc": value(e), "epoch_s": 1.0 + e} for e in range(1, epochs + 1)]
+    for r in results[:-1]:
+        s.on_trial_result(tid, r)
+    s.on_trial_complete(tid, results[-1], error=error)
+
+
+def states(s):
+    return {t.number: t for t in s.study.trials}
+
+
+def test_stopped_finished_and_diverged_trials_are_told_apart():
+    s = searcher()
+    run(s, "a", 1)                                   # ASHA stopped it after epoch 1
+    run(s, "b", 3)                                   # finished
+    run(s, "c", 2, status="diverged", value=lambda e: 0.0)
+    run(s, "d", 2, value=lambda e: float("nan"))     # a NaN metric is never told
+    t = states(s)
+    assert t[0].state == TrialState.PRUNED and t[0].intermediate_values == {1: 0.1}
+    assert t[1].state == TrialState.COMPLETE and math.isclose(t[1].value, 0.3)
+    assert t[1].intermediate_values == {1: 0.1, 2: 0.2, 3: 0.30000000000000004}
+    assert t[2].state == TrialState.FAIL and t[3].state == TrialState.FAIL
+    assert all(not (isinstance(v, float) and math.isnan(v)) for tr in t.values() for v in tr.intermediate_values.values())
+
+
+def test_multi_objective_study_prunes_without_intermediate_values():
+    s = searcher(metric=["val_acc", "epoch_s"], mode=["max", "min"])
+    run(s, "a", 1)
+    run(s, "b", 3)
+    t = states(s)
+    assert t[0].state == TrialState.PRUNED and t[0].intermediate_values == {}
+    assert t[1].state == TrialState.COMPLETE and t[1].values == [0.30000000000000004, 4.0]
+
+
+def row(tid, acc, secs, status="ok"):
+    return TrialRow(tid, "TERMINATED", status, 3, {"val_acc": acc, "epoch_s": secs}, {}, {}, "/ckpt")
+
+
+EXP2 = """
+name: t
+second_objective: {metric: epoch_s, mode: min}
+search: {lr: {type: uniform, low: 0.1, high: 0.2}}
+"""
+
+
+def test_pareto_selection():
+    exp = parse(EXP2)
+    rows = [row("fast", 0.90, 1.0), row("best", 0.97, 5.0), row("dominated", 0.89, 6.0),
+            row("mid", 0.95, 2.0), row("bad", 0.99, 0.5, status="diverged")]
+    assert {r.trial_id for r in pareto_front(rows[:4], exp.metrics, exp.modes)} == {"fast", "best", "mid"}
+    assert select(exp, rows).trial_id == "best"
+    assert select(exp, rows, "epoch_s:min").trial_id == "fast"
+    assert select(exp, rows, "trial:mid").trial_id == "mid"
