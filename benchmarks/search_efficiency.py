@@ -1,6 +1,6 @@
 """ASHA + fidelity-aware TPE against FIFO random search on digits, same budget, 5 seeds.
 
-    .venv/bin/python benchmarks/search_efficiency.py [--seeds 5] [--samples 16] [--epochs 9]
+    .venv/bin/python benchmarks/search_efficiency.py [--seeds 5] [--samples 16] [--epochs 9] [--eta 3]
 
 Both searches draw the same number of trials from the same space (quickstart's, with a
 wider learning-rate range so that bad trials exist); random search trains every trial
@@ -31,7 +31,7 @@ storage_path: {storage}
 metric: val_acc
 mode: max
 seed: {seed}
-budget: {{num_samples: {samples}, max_epochs: {epochs}, grace_epochs: 1, reduction_factor: 3, max_concurrent_trials: 2}}
+budget: {{num_samples: {samples}, max_epochs: {epochs}, grace_epochs: 1, reduction_factor: {eta}, max_concurrent_trials: 2}}
 resources: {{workers: 1, cpus_per_worker: 1}}
 train: {{dataset: digits, cache_dir: {cache}, model: convnet, width: 0.5, flip: false, crop_padding: 1, seed: {seed}}}
 search:
@@ -51,7 +51,7 @@ def summarise(results) -> tuple[float, int]:
 
 def run_seed(seed: int, args, storage: str, cache: str) -> dict:
     text = SPACE.format(name=f"asha-{seed}", storage=storage, cache=cache, seed=seed, samples=args.samples,
-                        epochs=args.epochs)
+                        epochs=args.epochs, eta=args.eta)
     exp = parse(text)
     asha = summarise(build_tuner(exp, concurrency=2).fit())
     rnd_exp = parse(text.replace(f"name: asha-{seed}", f"name: random-{seed}"))
@@ -72,6 +72,7 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--samples", type=int, default=16)
     ap.add_argument("--epochs", type=int, default=9)
+    ap.add_argument("--eta", type=float, default=3, help="ASHA reduction factor")
     args = ap.parse_args()
     storage, cache = tempfile.mkdtemp(prefix="tuner-eff-"), tempfile.mkdtemp(prefix="tuner-cache-")
     ray.init(address="local", num_cpus=2, include_dashboard=True, dashboard_host="127.0.0.1", log_to_driver=False)
@@ -86,7 +87,7 @@ def main() -> None:
     print(f"random   : mean best val_acc {m['random_best']:.4f}, mean trial-epochs {m['random_epochs']:.1f}")
     print(f"gap {gap_points:+.2f} points (target <= 0.5), epochs {epoch_ratio:.1%} of random's (target <= 40%)")
     print("BENCH " + json.dumps({"bench": "search_efficiency", "seeds": args.seeds, "samples": args.samples,
-                                 "max_epochs": args.epochs, **{k: round(v, 4) for k, v in m.items()},
+                                 "max_epochs": args.epochs, "eta": args.eta, **{k: round(v, 4) for k, v in m.items()},
                                  "gap_points": round(gap_points, 3), "epoch_ratio": round(epoch_ratio, 4),
                                  "targets": {"gap_points": 0.5, "epoch_ratio": 0.4},
                                  "met": gap_points <= 0.5 and epoch_ratio <= 0.4}))

@@ -21,6 +21,7 @@ import tempfile
 import time
 
 os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.2")
+os.environ.setdefault("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER", "0")  # as `tuner run` sets on a local Ray
 os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
 
 import ray  # noqa: E402
@@ -52,7 +53,7 @@ def measure(workers: int, storage: str, cache: str) -> dict:
     stamps = Stamps()
     trainable = make_trainable(workers, 1.0, 0.0, os.path.join(storage, f"train-{workers}"))
     tune.Tuner(trainable, param_space=cfg,
-               tune_config=tune.TuneConfig(num_samples=TRIALS, max_concurrent_trials=1, reuse_actors=workers == 1),
+               tune_config=tune.TuneConfig(num_samples=TRIALS, max_concurrent_trials=1, reuse_actors=True),
                run_config=tune.RunConfig(name=f"overhead-{workers}", storage_path=storage, verbose=0, callbacks=[stamps],
                                          checkpoint_config=tune.CheckpointConfig(num_to_keep=1))).fit()
     starts, ends, reports = [], [], []
@@ -68,7 +69,8 @@ def measure(workers: int, storage: str, cache: str) -> dict:
 def main() -> None:
     storage, cache = tempfile.mkdtemp(prefix="tuner-overhead-"), tempfile.mkdtemp(prefix="tuner-cache-")
     ray.init(address="local", num_cpus=4, include_dashboard=True, dashboard_host="127.0.0.1", log_to_driver=False,
-             runtime_env={"env_vars": {"RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.2"}})
+             runtime_env={"env_vars": {k: os.environ[k] for k in ("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S",
+                                                                   "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER")}})
     try:
         inproc = measure(1, storage, cache)
         ddp = measure(2, storage, cache)

@@ -104,15 +104,25 @@ def _cifar_download(root: str) -> None:
                         f"{CIFAR_DIR}/ there by hand and set download: false") from None
 
 
+def _digits_file() -> Path:
+    """scikit-learn's bundled digits CSV, found without importing scikit-learn (~1 s)."""
+    import importlib.util
+    spec = importlib.util.find_spec("sklearn")
+    if spec is None or not spec.submodule_search_locations:
+        raise DataError("dataset='digits' needs scikit-learn (its bundled digits data); pip install scikit-learn")
+    return Path(list(spec.submodule_search_locations)[0]) / "datasets" / "data" / "digits.csv.gz"
+
+
 def _digits_key(cfg: DataConfig) -> tuple[str, callable]:
-    from sklearn.datasets import load_digits
-    d = load_digits()
-    x = np.round(d.images * (255.0 / 16.0)).astype(np.uint8)[:, None]  # 0..16 -> 0..255, 1 channel
-    y = d.target.astype(np.int64)
-    key = hashlib.sha256(x.tobytes() + y.tobytes()).hexdigest()
+    source = _digits_file()
+    key = _hash_files([source]) if source.is_file() else "sklearn-digits"
 
     def build() -> dict[str, np.ndarray]:
+        from sklearn.datasets import load_digits
         from sklearn.model_selection import train_test_split
+        d = load_digits()
+        x = np.round(d.images * (255.0 / 16.0)).astype(np.uint8)[:, None]  # 0..16 -> 0..255, 1 channel
+        y = d.target.astype(np.int64)
         xtr, xte, ytr, yte = train_test_split(x, y, test_size=DIGITS_TEST_FRACTION, stratify=y,
                                               random_state=DIGITS_TEST_SEED)
         return {"train_x": xtr, "train_y": ytr, "test_x": xte, "test_y": yte}
