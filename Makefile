@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test install bench clean
+.PHONY: demo test install clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -14,9 +14,9 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# The offline quickstart search on an embedded local Ray.
+# The offline quickstart search on an embedded local Ray; each run gets its own folder.
 demo: $(STAMP)
-	$(PY) -m tuner run search_spaces/quickstart.yaml
+	$(PY) -m tuner run search_spaces/quickstart.yaml --set name=quickstart-$$(date +%Y%m%d-%H%M%S)
 
 # The whole suite; every test has a timeout (pyproject), Ray tests included.
 test: $(STAMP)

@@ -2,7 +2,6 @@ import os
 import pickle
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -172,7 +171,6 @@ def test_num_workers_two_really_runs_two_worker_processes():
 
 
 def test_augmentation_statistics():
-    g = torch.Generator().manual_seed(0)
     n, pad = 4000, 4
     split = D.Split(np.full((n, 1, 8, 8), 200, np.uint8), np.zeros(n, np.int64))
     loader = D.DeviceLoader(split, batch_size=n, device=torch.device("cpu"), scale=torch.ones(1),

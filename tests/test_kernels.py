@@ -1,7 +1,6 @@
 """Each Triton kernel against its plain-PyTorch reference.  Without CUDA they run under
 the Triton interpreter (conftest sets TRITON_INTERPRET=1 before any kernel import)."""
 import importlib.util
-import os
 
 import pytest
 import torch

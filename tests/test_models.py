@@ -1,7 +1,6 @@
 import pytest
 import torch
 
-from trainables.checkpoint import save
 from trainables.config import ModelConfig
 from trainables.models import build_model, head_of
 

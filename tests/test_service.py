@@ -181,7 +181,7 @@ def test_resume_after_interrupt_finishes_every_trial_without_restarting(ray_addr
     try:
         deadline = time.time() + 240
         # Interrupt once the second trial is part-way through (it has a checkpoint to resume from).
-        while time.time() < deadline:
+        while time.time() < deadline and proc.poll() is None:
             epochs = _epochs_by_trial(exp_dir) if exp_dir.exists() else {}
             if len(epochs) >= 2 and any(e and 2 <= e[-1] < 6 for e in epochs.values()):
                 break

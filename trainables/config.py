@@ -7,7 +7,7 @@ Every knob lives here with its unit.  Batch sizes are per worker.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 DATASETS = ("digits", "cifar10", "synthetic")

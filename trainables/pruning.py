@@ -5,7 +5,6 @@ so the sparsity survives optimizer steps; `make_permanent` folds them in before 
 """
 from __future__ import annotations
 
-import torch
 from torch import nn
 from torch.nn.utils import prune
 
@@ -67,11 +66,3 @@ def make_permanent(model: nn.Module) -> nn.Module:
         if prune.is_pruned(m) and hasattr(m, name + "_mask"):
             prune.remove(m, name)
     return model
-
-
-@torch.no_grad()
-def apply_masks(model: nn.Module) -> None:
-    """Recompute masked weights now (forward does it too); for reading weights between steps."""
-    for m, name in prunable(model):
-        if hasattr(m, name + "_mask"):
-            setattr(m, name, getattr(m, name + "_orig") * getattr(m, name + "_mask"))

@@ -169,7 +169,6 @@ def export(exp_dir: str | Path, out: str | Path, rule: str | None = None, force:
 
 def _int8(model: torch.nn.Module, out: Path) -> str:
     try:
-        import torchao  # noqa: F401
         from torchao.quantization import Int8WeightOnlyConfig, quantize_
     except Exception:
         return "skipped: torchao is not installed"
