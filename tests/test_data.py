@@ -268,3 +268,16 @@ def test_stage_shm_reads_the_same_arrays(tmp_path):
     cfg = DataConfig(dataset="digits", cache_dir=str(tmp_path), stage_shm=True)
     a = D.load_arrays(cfg)
     np.testing.assert_array_equal(a["train_x"], D.load_arrays(DataConfig(dataset="digits", cache_dir=str(tmp_path)))["train_x"])
+
+
+def test_resident_prepadded_path_equals_the_batch_path():
+    g = torch.Generator().manual_seed(7)
+    data = torch.randint(0, 256, (20, 3, 6, 5), dtype=torch.uint8, generator=g)
+    idx = torch.tensor([3, 17, 0, 3, 9])
+    off = torch.randint(0, 5, (5, 2), generator=g)
+    fl = torch.tensor([False, True, True, False, True])
+    scale, shift = torch.tensor([0.1, 0.2, 0.3]), torch.tensor([1.0, -1.0, 0.5])
+    padded = torch.nn.functional.pad(data, (2, 2, 2, 2))
+    want = augment_torch(data[idx], off, fl, scale, shift, torch.float32, 2)
+    got = augment_torch(padded, off, fl, scale, shift, torch.float32, 2, index=idx, prepadded=True)
+    assert torch.equal(got, want)

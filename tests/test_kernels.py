@@ -135,3 +135,15 @@ def test_training_launches_triton_kernels_only_when_asked(choice, tmp_path, monk
         assert counts["aug"] >= 2 and counts["fwd"] == 2 and counts["bwd"] == 2, counts
     else:
         assert counts == {"aug": 0, "fwd": 0, "bwd": 0}
+
+
+def test_augment_kernel_reads_resident_prepadded_data():
+    from trainables.kernels.augment_triton import augment_triton
+    imgs, off, fl, scale, shift = aug_inputs(6, 3, 7, 9, 3, seed=11)
+    idx = torch.tensor([5, 0, 2, 2, 4, 1], device=DEV)
+    padded = torch.nn.functional.pad(imgs, (3, 3, 3, 3))
+    want = kernels.augment_torch(imgs[idx], off, fl, scale, shift, torch.float32, 3)
+    got = augment_triton(padded, off, fl, scale, shift, torch.float32, 3, index=idx, prepadded=True)
+    torch.testing.assert_close(got, want, rtol=2 ** -23, atol=2 ** -20)
+    if DEV.type == "cpu":
+        assert torch.equal(got, want)

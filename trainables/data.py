@@ -255,7 +255,8 @@ class DeviceLoader:
                  shift: torch.Tensor, out_dtype: torch.dtype, train: bool, augment: bool, padding: int,
                  flip: bool, seed: int, rank: int = 0, world: int = 1, drop_last: bool = False,
                  impl: str = "torch"):
-        self.x = torch.from_numpy(split.images).to(device)
+        # Padded once here, so each batch is cropped straight out of the resident data.
+        self.x = torch.nn.functional.pad(torch.from_numpy(split.images).to(device), (padding,) * 4)
         self.y = torch.from_numpy(split.labels).to(device)
         self.batch_size, self.device, self.out_dtype = batch_size, device, out_dtype
         self.scale, self.shift = scale.to(device), shift.to(device)
@@ -291,8 +292,8 @@ class DeviceLoader:
         for b in range(len(self)):
             sl = slice(b * self.batch_size, min(n, (b + 1) * self.batch_size))
             i = idx[sl]
-            xb = kernels.augment(self.x[i], offsets[sl], flips[sl], self.scale, self.shift,
-                                 self.out_dtype, self.padding, impl=self.impl)
+            xb = kernels.augment(self.x, offsets[sl], flips[sl], self.scale, self.shift, self.out_dtype,
+                                 self.padding, impl=self.impl, index=i, prepadded=True)
             yield xb, self.y[i]
 
 

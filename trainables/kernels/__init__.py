@@ -45,11 +45,14 @@ def resolve(kernels: str, device: torch.device) -> str:
     raise ConfigError(f"kernels={kernels!r} is not one of auto, triton, torch")
 
 
-def augment(images, offsets, flips, scale, shift, out_dtype=torch.float32, padding: int = 4, impl: str = "torch"):
+def augment(images, offsets, flips, scale, shift, out_dtype=torch.float32, padding: int = 4, impl: str = "torch",
+            index=None, prepadded: bool = False):
+    """See augment_ref.augment_torch; `index`/`prepadded` read a batch straight from
+    resident data padded once."""
     if impl == "triton":
         from .augment_triton import augment_triton
-        return augment_triton(images, offsets, flips, scale, shift, out_dtype, padding)
-    return augment_torch(images, offsets, flips, scale, shift, out_dtype, padding)
+        return augment_triton(images, offsets, flips, scale, shift, out_dtype, padding, index, prepadded)
+    return augment_torch(images, offsets, flips, scale, shift, out_dtype, padding, index, prepadded)
 
 
 def cross_entropy(logits, target, label_smoothing: float = 0.0, impl: str = "torch"):
