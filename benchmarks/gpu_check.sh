@@ -18,7 +18,7 @@ unset TRITON_INTERPRET   # compile the kernels for real
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
   $PY -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
   echo "== kernel and step tests, compiled (augment within 1 ulp in fp32)"
-  timeout 90 $PY -m pytest -q -p no:cacheprovider tests/test_kernels.py tests/test_step.py -o addopts="" 2>&1 | tail -5
+  timeout 90 $PY -m pytest -q -p no:cacheprovider tests/test_kernels.py tests/test_step.py tests/test_gpu.py 2>&1 | tail -5
   echo "== kernel benchmark"
   timeout 60 $PY benchmarks/kernels.py --json "$OUT/kernels.json"
   echo "== ResNet-18 training throughput"

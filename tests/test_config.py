@@ -147,3 +147,13 @@ def test_cli_user_mistakes_are_one_line_without_traceback(tmp_path):
 def test_cli_help():
     r = subprocess.run([sys.executable, "-m", "tuner", "--help"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and all(v in r.stdout for v in ("run", "validate", "status", "resume", "export", "train"))
+
+
+def test_a_trial_that_cannot_fit_the_cluster_is_refused_and_concurrency_is_capped():
+    from tuner.run import ClusterError, fitting_concurrency
+    exp = parse(GOOD + "resources: {workers: 2, cpus_per_worker: 2, gpus_per_worker: 1}\n")
+    with pytest.raises(ClusterError, match="needs 2 GPU"):
+        fitting_concurrency(exp, {"CPU": 16.0, "GPU": 1.0})
+    assert fitting_concurrency(exp, {"CPU": 16.0, "GPU": 8.0}) == 2  # capped by num_samples
+    exp = parse(GOOD.replace("num_samples: 2", "num_samples: 10"))
+    assert fitting_concurrency(exp, {"CPU": 3.0}) == 3

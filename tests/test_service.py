@@ -203,3 +203,11 @@ def test_resume_after_interrupt_finishes_every_trial_without_restarting(ray_addr
         assert epochs[-1] == 6, (name, epochs)
     for name, epochs in unfinished.items():
         assert after[name][: len(epochs)] == epochs and len(after[name]) > len(epochs)
+
+
+def test_run_refuses_a_trial_the_cluster_cannot_hold(ray_address, tmp_path):
+    spec = Path(__file__).resolve().parents[1] / "search_spaces" / "quickstart.yaml"
+    r = _cli("run", str(spec), "--address", ray_address, "--set", "resources.gpus_per_worker=1",
+             "--set", f"storage_path={tmp_path / 'runs'}", timeout=120)
+    assert r.returncode == 2 and "needs 1 GPU" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert not (tmp_path / "runs" / "quickstart").exists()
