@@ -211,3 +211,46 @@ def test_run_refuses_a_trial_the_cluster_cannot_hold(ray_address, tmp_path):
              "--set", f"storage_path={tmp_path / 'runs'}", timeout=120)
     assert r.returncode == 2 and "needs 1 GPU" in r.stderr and "Traceback" not in r.stderr, r.stderr
     assert not (tmp_path / "runs" / "quickstart").exists()
+
+
+DDP_RESUMABLE = """
+name: ddp-resumable
+storage_path: {storage}
+seed: 1
+budget: {{num_samples: 1, max_epochs: 20, grace_epochs: 20}}
+resources: {{workers: 2, cpus_per_worker: 1}}
+train: {{dataset: digits, cache_dir: {cache}, model: convnet, width: 1.0, micro_batch_size: 16, flip: false,
+         crop_padding: 1}}
+search:
+  lr: {{type: loguniform, low: 1.0e-2, high: 0.1}}
+"""
+
+
+@pytest.mark.timeout(600)
+def test_resumed_ddp_trial_continues_from_its_train_run(ray_address, tmp_path):
+    spec = tmp_path / "ddp.yaml"
+    spec.write_text(DDP_RESUMABLE.format(storage=tmp_path / "runs", cache=tmp_path / "cache"))
+    exp_dir = tmp_path / "runs" / "ddp-resumable"
+    proc = subprocess.Popen([sys.executable, "-m", "tuner", "run", str(spec), "--address", ray_address],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.time() + 300
+        while time.time() < deadline and proc.poll() is None:
+            epochs = _epochs_by_trial(exp_dir) if exp_dir.exists() else {}
+            if any(e and 3 <= e[-1] < 20 for e in epochs.values()):
+                break
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    (before,) = _epochs_by_trial(exp_dir).values()
+    assert before and before[-1] < 20, out[-2000:]
+    r = _cli("resume", str(exp_dir), "--address", ray_address, timeout=400)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    (after,) = _epochs_by_trial(exp_dir).values()
+    # Tune keeps or restarts the trial's result log; either way the epochs trained after the
+    # resume continue where the Train run's last checkpoint left off, never at epoch 1.
+    resumed = after[len(before):] if after[: len(before)] == before else after
+    assert resumed and resumed[0] > 1 and resumed == sorted(set(resumed)) and resumed[-1] == 20, (before, after)
