@@ -264,6 +264,12 @@ def _candidates(e: SearchEntry) -> list[Any]:
     return [lo, hi]
 
 
+def _rules(cfg: TrainConfig, has_gpu: bool) -> list[str]:
+    """The training rules, judged against the GPUs the experiment declares."""
+    return [r + " (resources.gpus_per_worker is 0)" if "needs a CUDA GPU" in r else r
+            for r in problems_of(cfg, has_gpu)]
+
+
 def _combination_problems(exp: Experiment, skip: set[str] = frozenset()) -> list[str]:
     """Apply the training rules to every combination of searched values (choices and
     range ends), so a trial that would break one is caught before anything starts."""
@@ -275,7 +281,7 @@ def _combination_problems(exp: Experiment, skip: set[str] = frozenset()) -> list
         (tuple(g[0] for g in grids),)
     found: dict[str, str] = {}
     try:  # rules broken by the fixed settings alone are reported without a combination
-        for r in problems_of(TrainConfig.from_dict(base), has_gpu):
+        for r in _rules(TrainConfig.from_dict(base), has_gpu):
             found[r] = ""
     except Exception:
         pass
@@ -287,7 +293,7 @@ def _combination_problems(exp: Experiment, skip: set[str] = frozenset()) -> list
         except Exception as e:  # a value of the wrong type for its setting
             found.setdefault(str(e), where)
             continue
-        rules = problems_of(cfg, has_gpu)
+        rules = _rules(cfg, has_gpu)
         if cfg.kernels == "triton" and not has_gpu and os.environ.get("TRITON_INTERPRET") != "1":
             rules.append("kernels='triton' needs a GPU and resources.gpus_per_worker is 0; use kernels: auto")
         size = cfg.synthetic_size if cfg.dataset == "synthetic" else TRAIN_SIZES.get(cfg.dataset)
