@@ -171,19 +171,14 @@ def _epochs_by_trial(exp_dir: Path) -> dict[str, list[int]]:
     return out
 
 
-@pytest.mark.timeout(600)
-def test_resume_after_interrupt_finishes_every_trial_without_restarting(ray_address, tmp_path):
-    spec = tmp_path / "resumable.yaml"
-    spec.write_text(RESUMABLE.format(storage=tmp_path / "runs", cache=tmp_path / "cache"))
-    exp_dir = tmp_path / "runs" / "resumable"
+def _run_then_interrupt(spec: Path, ray_address: str, exp_dir: Path, ready, wait_s: float = 300) -> str:
+    """`tuner run` in a subprocess, Ctrl-C once ready(epochs by trial) holds; its output."""
     proc = subprocess.Popen([sys.executable, "-m", "tuner", "run", str(spec), "--address", ray_address],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        deadline = time.time() + 240
-        # Interrupt once the second trial is part-way through (it has a checkpoint to resume from).
+        deadline = time.time() + wait_s
         while time.time() < deadline and proc.poll() is None:
-            epochs = _epochs_by_trial(exp_dir) if exp_dir.exists() else {}
-            if len(epochs) >= 2 and any(e and 2 <= e[-1] < 6 for e in epochs.values()):
+            if exp_dir.exists() and ready(_epochs_by_trial(exp_dir)):
                 break
             time.sleep(0.2)
         proc.send_signal(signal.SIGINT)
@@ -191,6 +186,17 @@ def test_resume_after_interrupt_finishes_every_trial_without_restarting(ray_addr
     finally:
         if proc.poll() is None:
             proc.kill()
+    return out
+
+
+@pytest.mark.timeout(600)
+def test_resume_after_interrupt_finishes_every_trial_without_restarting(ray_address, tmp_path):
+    spec = tmp_path / "resumable.yaml"
+    spec.write_text(RESUMABLE.format(storage=tmp_path / "runs", cache=tmp_path / "cache"))
+    exp_dir = tmp_path / "runs" / "resumable"
+    # Interrupt once the second trial is part-way through (it has a checkpoint to resume from).
+    out = _run_then_interrupt(spec, ray_address, exp_dir,
+                              lambda ep: len(ep) >= 2 and any(e and 2 <= e[-1] < 6 for e in ep.values()))
     before = _epochs_by_trial(exp_dir)
     unfinished = {k: v for k, v in before.items() if v and v[-1] < 6}
     assert unfinished, (before, out[-2000:])
@@ -231,20 +237,7 @@ def test_resumed_ddp_trial_continues_from_its_train_run(ray_address, tmp_path):
     spec = tmp_path / "ddp.yaml"
     spec.write_text(DDP_RESUMABLE.format(storage=tmp_path / "runs", cache=tmp_path / "cache"))
     exp_dir = tmp_path / "runs" / "ddp-resumable"
-    proc = subprocess.Popen([sys.executable, "-m", "tuner", "run", str(spec), "--address", ray_address],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        deadline = time.time() + 300
-        while time.time() < deadline and proc.poll() is None:
-            epochs = _epochs_by_trial(exp_dir) if exp_dir.exists() else {}
-            if any(e and 3 <= e[-1] < 20 for e in epochs.values()):
-                break
-            time.sleep(0.2)
-        proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    out = _run_then_interrupt(spec, ray_address, exp_dir, lambda ep: any(e and 3 <= e[-1] < 20 for e in ep.values()))
     (before,) = _epochs_by_trial(exp_dir).values()
     assert before and before[-1] < 20, out[-2000:]
     r = _cli("resume", str(exp_dir), "--address", ray_address, timeout=400)
