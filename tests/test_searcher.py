@@ -5,7 +5,7 @@ from optuna.trial import TrialState
 from ray import tune
 
 from tuner.config import parse
-from tuner.export import TrialRow, pareto_front, select
+from tuner.results import TrialRow, pareto_front, select
 from tuner.searcher import FidelityOptunaSearch
 
 

@@ -42,7 +42,7 @@ def small_run(ray_address, tmp_path_factory):
 
 
 def _results(exp):
-    from tuner.export import trials
+    from tuner.results import trials
     return trials(exp)
 
 
@@ -143,7 +143,7 @@ def test_two_worker_ddp_trial_through_torchtrainer(ray_address, tmp_path, monkey
     exp_dir = tmp_path / "runs" / "cifar10-smoke"
     summary = json.loads((exp_dir / "summary.json").read_text())
     assert summary["trials"] == 1 and not summary["errors"] and summary["best"]["epoch"] == 2
-    from tuner.export import trials
+    from tuner.results import trials
     from tuner.run import load_saved
     row = trials(load_saved(exp_dir))[0]
     assert row.status == "ok" and row.metrics["global_batch_size"] == 16  # 8 per worker x 2 workers
@@ -200,6 +200,7 @@ def test_resume_after_interrupt_finishes_every_trial_without_restarting(ray_addr
     before = _epochs_by_trial(exp_dir)
     unfinished = {k: v for k, v in before.items() if v and v[-1] < 6}
     assert unfinished, (before, out[-2000:])
+    assert f"python -m tuner resume {exp_dir}" in out, out[-2000:]
     r = _cli("resume", str(exp_dir), "--address", ray_address, timeout=400)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     after = _epochs_by_trial(exp_dir)

@@ -58,6 +58,8 @@ def _print_summary(summary: dict[str, Any]) -> None:
         print(f"{len(summary['errors'])} trial(s) errored, first: {summary['errors'][0]}")
     if best:
         print(f"best {best['metric']} = {best['value']:.4f} at epoch {best['epoch']} with {best['params']}")
+    if summary["unfinished"]:
+        print(f"{len(summary['unfinished'])} trial(s) unfinished; continue with: python -m tuner resume {d}")
     print(f"next: python -m tuner status {d}\n      python -m tuner export {d} --out best/")
 
 
@@ -68,7 +70,7 @@ def cmd_resume(args) -> int:
 
 
 def cmd_status(args) -> int:
-    from .export import select, trials
+    from .results import select, trials
     from .run import load_saved
     exp = load_saved(args.exp_dir)
     rows = trials(exp)

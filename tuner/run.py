@@ -169,7 +169,10 @@ def summarize(exp: Experiment, results) -> dict[str, Any]:
         best = results.get_best_result(metric=exp.metric, mode=exp.mode, scope="last", filter_nan_and_inf=True)
     except RuntimeError:
         best = None
-    out = {"exp_dir": str(exp.exp_dir), "trials": len(results), "errors": errors, "best": None}
+    from .results import trials
+    unfinished = [t.trial_id for t in trials(exp) if t.state not in ("TERMINATED", "ERROR")]
+    out = {"exp_dir": str(exp.exp_dir), "trials": len(results), "errors": errors, "unfinished": unfinished,
+           "best": None}
     if best is not None and best.metrics:
         params = {k: best.config[k] for k in exp.search if k in best.config}
         out["best"] = {"metric": exp.metric, "value": best.metrics.get(exp.metric),
