@@ -50,8 +50,8 @@ def test_multi_objective_study_prunes_without_intermediate_values():
     assert t[1].state == TrialState.COMPLETE and t[1].values == [0.30000000000000004, 4.0]
 
 
-def row(tid, acc, secs, status="ok"):
-    return TrialRow(tid, "TERMINATED", status, 3, {"val_acc": acc, "epoch_s": secs}, {}, {}, "/ckpt")
+def row(tid, acc, secs, status="ok", epoch=10):
+    return TrialRow(tid, "TERMINATED", status, epoch, {"val_acc": acc, "epoch_s": secs}, {}, {}, "/ckpt")
 
 
 EXP2 = """
@@ -64,7 +64,8 @@ search: {lr: {type: uniform, low: 0.1, high: 0.2}}
 def test_pareto_selection():
     exp = parse(EXP2)
     rows = [row("fast", 0.90, 1.0), row("best", 0.97, 5.0), row("dominated", 0.89, 6.0),
-            row("mid", 0.95, 2.0), row("bad", 0.99, 0.5, status="diverged")]
+            row("mid", 0.95, 2.0), row("bad", 0.99, 0.5, status="diverged"),
+            row("stopped early", 0.5, 0.1, epoch=1)]
     assert {r.trial_id for r in pareto_front(rows[:4], exp.metrics, exp.modes)} == {"fast", "best", "mid"}
     assert select(exp, rows).trial_id == "best"
     assert select(exp, rows, "epoch_s:min").trial_id == "fast"

@@ -67,7 +67,13 @@ def select(exp: Experiment, rows: list[TrialRow], rule: str | None = None) -> Tr
         return match[0]
     if not ok:
         raise ExperimentError(str(exp.exp_dir), ["no trial finished an epoch with status ok and a checkpoint"])
-    pool = pareto_front(ok, exp.metrics, exp.modes) if exp.second_objective else ok
+    if exp.second_objective:
+        # Trials ASHA stopped early carry partial figures (a short epoch_s, say): the
+        # front is drawn from finished trials when there are any.
+        finished = [r for r in ok if r.epoch >= exp.budget.max_epochs]
+        pool = pareto_front(finished or ok, exp.metrics, exp.modes)
+    else:
+        pool = ok
     metric, mode = exp.metric, exp.mode
     if rule:
         metric, _, mode = rule.partition(":")
