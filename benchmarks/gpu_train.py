@@ -94,7 +94,8 @@ def main() -> None:
     for nw in (0, 4):
         for pin in (False, True):
             settings.append((f"a fp32 torch nw={nw} pin={pin}",
-                             {"precision": "fp32", "loader": "torch", "num_workers": nw, "pin_memory": pin}))
+                             {"precision": "fp32", "loader": "torch", "num_workers": nw, "pin_memory": pin,
+                              "kernels": "torch"}))
     bf16 = "bf16"
     settings.append(("b bf16 device kernels=torch", {"precision": bf16, "loader": "device", "kernels": "torch"}))
     settings.append(("c bf16 device kernels=triton", {"precision": bf16, "loader": "device", "kernels": "triton"}))
