@@ -61,6 +61,7 @@ def measure(workers: int, storage: str, cache: str) -> dict:
         starts.append(res[0][0] - stamps.start[tid] - res[0][1])
         ends.append(stamps.end[tid] - res[-1][0])
         reports += [(b[0] - a[0]) - b[1] for a, b in zip(res, res[1:])]
+    print(f"workers={workers}: per-trial start {[round(v, 2) for v in starts]} s, end {[round(v, 2) for v in ends]} s")
     return {"start_s": statistics.mean(starts), "end_s": statistics.mean(ends),
             "fixed_s": statistics.mean(starts) + statistics.mean(ends), "report_s": statistics.mean(reports),
             "trials": len(stamps.results)}
