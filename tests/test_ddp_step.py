@@ -42,3 +42,38 @@ def test_no_sync_on_all_but_last_micro_step(tmp_path):
     # The last micro-step's all-reduce averaged the accumulated gradients: ranks agree.
     for a, b in zip(r0["grads"], r1["grads"]):
         assert torch.allclose(torch.tensor(a), torch.tensor(b), atol=1e-6)
+
+
+def _nan_on_one_rank(rank: int, world: int, init_file: str, out_dir: str) -> None:
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    try:
+        torch.manual_seed(0)
+        model = nn.parallel.DistributedDataParallel(nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2)))
+
+        def loss(logits, y):  # rank 0 sees a non-finite loss, rank 1 a normal one
+            base = nn.functional.cross_entropy(logits, y)
+            return base * float("nan") if rank == 0 else base
+        step = TrainStep(model, torch.optim.SGD(model.parameters(), lr=0.5), loss_fn=loss,
+                         device=torch.device("cpu"), max_nonfinite_steps=2)
+        g = torch.Generator().manual_seed(rank)
+        batch = [(torch.randn(3, 4, generator=g), torch.randint(0, 2, (3,), generator=g))]
+        first = step(batch)
+        try:
+            step(batch)
+            raised = False
+        except Exception:
+            raised = True
+        weights = [p.detach().flatten().tolist() for p in model.parameters()]
+        with open(os.path.join(out_dir, f"nan{rank}.json"), "w") as f:
+            json.dump({"applied": first.applied, "raised": raised, "weights": weights}, f)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_a_nonfinite_loss_on_one_rank_skips_the_step_on_every_rank(tmp_path):
+    mp.spawn(_nan_on_one_rank, args=(2, str(tmp_path / "init"), str(tmp_path)), nprocs=2, join=True)
+    r0 = json.loads((tmp_path / "nan0.json").read_text())
+    r1 = json.loads((tmp_path / "nan1.json").read_text())
+    assert r0["applied"] is False and r1["applied"] is False
+    assert r0["raised"] and r1["raised"]          # both give up together: no rank left waiting
+    assert r0["weights"] == r1["weights"]

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
 from .config import ConfigError
@@ -53,6 +54,9 @@ class TrainStep:
         self.nonfinite_in_a_row = 0
         self.nonfinite_total = 0
         self.params = [p for p in model.parameters() if p.requires_grad]
+        # Under DDP every rank must agree to skip a step, or the ranks drift apart and the
+        # one that gives up first leaves the others waiting in a collective.
+        self.distributed = isinstance(model, nn.parallel.DistributedDataParallel)
 
     def to_device(self, x: torch.Tensor) -> torch.Tensor:
         if x.device != self.device:
@@ -92,11 +96,18 @@ class TrainStep:
             loss_sum += loss.detach().float() * y.shape[0]
             correct += (logits.detach().argmax(1) == y).sum()
         mean_loss = float(loss_sum) / total
-        if not math.isfinite(mean_loss):
+        if self._any_rank(not math.isfinite(mean_loss)):
             return self._skip(total)
         self.nonfinite_in_a_row = 0
         applied, grad_norm = self._apply()
         return StepResult(mean_loss, total, int(correct), grad_norm, applied)
+
+    def _any_rank(self, flag: bool) -> bool:
+        if not self.distributed:
+            return flag
+        t = torch.tensor([float(flag)], device=self.device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return bool(t.item())
 
     def _apply(self) -> tuple[bool, float]:
         if self.scaler is not None:
