@@ -1,4 +1,4 @@
-"""Two gloo processes: accumulation under DDP syncs only on the last micro-step."""
+"""Two gloo processes: TrainStep under DDP (gradient sync and agreement between ranks)."""
 import json
 import os
 
@@ -7,73 +7,69 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
 
-from trainables.step import TrainStep
+from trainables.step import DivergedError, TrainStep
 
 
-def _worker(rank: int, world: int, init_file: str, out_dir: str) -> None:
+def _rank_main(rank: int, world: int, init_file: str, out_dir: str, body) -> None:
+    """One rank: a process group, the same small DDP model everywhere, body's result as JSON."""
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     try:
         torch.manual_seed(0)
         model = nn.parallel.DistributedDataParallel(nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2)))
-        entered = []
-        real_no_sync = model.no_sync
-
-        def spy():
-            entered.append(1)
-            return real_no_sync()
-        model.no_sync = spy
-        step = TrainStep(model, torch.optim.SGD(model.parameters(), lr=0.0),
-                         loss_fn=nn.functional.cross_entropy, device=torch.device("cpu"))
-        g = torch.Generator().manual_seed(100 + rank)
-        group = [(torch.randn(3, 4, generator=g), torch.randint(0, 2, (3,), generator=g)) for _ in range(3)]
-        step(group)
-        grads = [p.grad.flatten().tolist() for p in model.parameters()]
         with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
-            json.dump({"no_sync": len(entered), "grads": grads}, f)
+            json.dump(body(rank, model), f)
     finally:
         dist.destroy_process_group()
 
 
+def _spawn(body, tmp_path) -> list[dict]:
+    mp.spawn(_rank_main, args=(2, str(tmp_path / "init"), str(tmp_path), body), nprocs=2, join=True)
+    return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+
+
+def _accumulate(rank: int, model) -> dict:
+    entered = []
+    real_no_sync = model.no_sync
+
+    def spy():
+        entered.append(1)
+        return real_no_sync()
+    model.no_sync = spy
+    step = TrainStep(model, torch.optim.SGD(model.parameters(), lr=0.0),
+                     loss_fn=nn.functional.cross_entropy, device=torch.device("cpu"))
+    g = torch.Generator().manual_seed(100 + rank)
+    step([(torch.randn(3, 4, generator=g), torch.randint(0, 2, (3,), generator=g)) for _ in range(3)])
+    return {"no_sync": len(entered), "grads": [p.grad.flatten().tolist() for p in model.parameters()]}
+
+
 def test_no_sync_on_all_but_last_micro_step(tmp_path):
-    mp.spawn(_worker, args=(2, str(tmp_path / "init"), str(tmp_path)), nprocs=2, join=True)
-    r0 = json.loads((tmp_path / "rank0.json").read_text())
-    r1 = json.loads((tmp_path / "rank1.json").read_text())
+    r0, r1 = _spawn(_accumulate, tmp_path)
     assert r0["no_sync"] == 2 and r1["no_sync"] == 2
     # The last micro-step's all-reduce averaged the accumulated gradients: ranks agree.
     for a, b in zip(r0["grads"], r1["grads"]):
         assert torch.allclose(torch.tensor(a), torch.tensor(b), atol=1e-6)
 
 
-def _nan_on_one_rank(rank: int, world: int, init_file: str, out_dir: str) -> None:
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+def _nan_on_rank_zero(rank: int, model) -> dict:
+    def loss(logits, y):  # rank 0 sees a non-finite loss, rank 1 a normal one
+        base = nn.functional.cross_entropy(logits, y)
+        return base * float("nan") if rank == 0 else base
+    step = TrainStep(model, torch.optim.SGD(model.parameters(), lr=0.5), loss_fn=loss,
+                     device=torch.device("cpu"), max_nonfinite_steps=2)
+    g = torch.Generator().manual_seed(rank)
+    batch = [(torch.randn(3, 4, generator=g), torch.randint(0, 2, (3,), generator=g))]
+    first = step(batch)
     try:
-        torch.manual_seed(0)
-        model = nn.parallel.DistributedDataParallel(nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2)))
-
-        def loss(logits, y):  # rank 0 sees a non-finite loss, rank 1 a normal one
-            base = nn.functional.cross_entropy(logits, y)
-            return base * float("nan") if rank == 0 else base
-        step = TrainStep(model, torch.optim.SGD(model.parameters(), lr=0.5), loss_fn=loss,
-                         device=torch.device("cpu"), max_nonfinite_steps=2)
-        g = torch.Generator().manual_seed(rank)
-        batch = [(torch.randn(3, 4, generator=g), torch.randint(0, 2, (3,), generator=g))]
-        first = step(batch)
-        try:
-            step(batch)
-            raised = False
-        except Exception:
-            raised = True
-        weights = [p.detach().flatten().tolist() for p in model.parameters()]
-        with open(os.path.join(out_dir, f"nan{rank}.json"), "w") as f:
-            json.dump({"applied": first.applied, "raised": raised, "weights": weights}, f)
-    finally:
-        dist.destroy_process_group()
+        step(batch)
+        raised = False
+    except DivergedError:
+        raised = True
+    return {"applied": first.applied, "raised": raised,
+            "weights": [p.detach().flatten().tolist() for p in model.parameters()]}
 
 
 def test_a_nonfinite_loss_on_one_rank_skips_the_step_on_every_rank(tmp_path):
-    mp.spawn(_nan_on_one_rank, args=(2, str(tmp_path / "init"), str(tmp_path)), nprocs=2, join=True)
-    r0 = json.loads((tmp_path / "nan0.json").read_text())
-    r1 = json.loads((tmp_path / "nan1.json").read_text())
+    r0, r1 = _spawn(_nan_on_rank_zero, tmp_path)
     assert r0["applied"] is False and r1["applied"] is False
     assert r0["raised"] and r1["raised"]          # both give up together: no rank left waiting
     assert r0["weights"] == r1["weights"]
