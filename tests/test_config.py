@@ -157,3 +157,8 @@ def test_a_trial_that_cannot_fit_the_cluster_is_refused_and_concurrency_is_cappe
     assert fitting_concurrency(exp, {"CPU": 16.0, "GPU": 8.0}) == 2  # capped by num_samples
     exp = parse(GOOD.replace("num_samples: 2", "num_samples: 10"))
     assert fitting_concurrency(exp, {"CPU": 3.0}) == 3
+
+
+def test_quoted_numbers_stay_text():
+    exp = parse(GOOD.replace("name: t", 'name: "2024"'))
+    assert exp.name == "2024"

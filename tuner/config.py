@@ -148,13 +148,16 @@ def _construct_bool(loader: _Loader, node: yaml.ScalarNode):
 
 _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 _Loader.add_constructor("tag:yaml.org,2002:bool", _construct_bool)
+# YAML 1.1 wants a dot in a float, so PyYAML reads an unquoted 1e-3 as a string; resolve
+# it as the number it looks like (a quoted "1e-3" stays text).
+_Loader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+$"),
+                              list("-+0123456789"))
 
 _DROP = object()  # a value already reported as a problem: left out so it is not reported twice
-_NUMBER = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
 
 
 def _clean(node: Any, path: str, problems: list[str]) -> Any:
-    """Numbers YAML left as strings (1e-3) become numbers; yes/off booleans are refused."""
+    """yes/no/on/off booleans are refused (each reported once, its key left out)."""
     if isinstance(node, dict):
         out = {k: _clean(v, f"{path}.{k}" if path else str(k), problems) for k, v in node.items()}
         return {k: v for k, v in out.items() if v is not _DROP}
@@ -164,8 +167,6 @@ def _clean(node: Any, path: str, problems: list[str]) -> Any:
         problems.append(f"{path}: {node.text!r} is read by YAML as a boolean; write true/false for a "
                         f"switch, or quote it (\"{node.text}\") for text")
         return _DROP
-    if isinstance(node, str) and _NUMBER.match(node.strip()):
-        return float(node) if any(ch in node for ch in ".eE") else int(node)
     return node
 
 
