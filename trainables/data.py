@@ -215,6 +215,21 @@ def load_arrays(cfg: DataConfig, seed: int = 0) -> dict[str, np.ndarray]:
     return arrays
 
 
+def _channel_stats(images: np.ndarray, chunk: int = 4096) -> tuple[np.ndarray, np.ndarray]:
+    """Per-channel mean and std in chunks: a float64 copy of CIFAR-10 at once would be 1.1 GB
+    in every trial and worker."""
+    total = np.zeros(images.shape[1])
+    squares = np.zeros(images.shape[1])
+    for start in range(0, len(images), chunk):
+        block = images[start:start + chunk].astype(np.float64)
+        total += block.sum(axis=(0, 2, 3))
+        squares += np.square(block).sum(axis=(0, 2, 3))
+    count = images.shape[0] * images.shape[2] * images.shape[3]
+    mean = total / count
+    std = np.sqrt(np.maximum(squares / count - mean ** 2, 0.0)) + 1e-6
+    return mean, std
+
+
 def load_data(cfg: DataConfig, seed: int = 0) -> DataBundle:
     arrays = load_arrays(cfg, seed)
     x, y = arrays["train_x"], arrays["train_y"]
@@ -224,9 +239,7 @@ def load_data(cfg: DataConfig, seed: int = 0) -> DataBundle:
     n_val = max(1, int(round(len(y) * cfg.val_fraction)))
     val_idx, tr_idx = np.sort(perm[:n_val]), np.sort(perm[n_val:])
     train = Split(x[tr_idx], y[tr_idx])
-    flat = train.images.reshape(len(train), train.images.shape[1], -1).astype(np.float64)
-    mean = flat.mean(axis=(0, 2))
-    std = flat.std(axis=(0, 2)) + 1e-6
+    mean, std = _channel_stats(train.images)
     num_classes = int(max(y.max(), arrays["test_y"].max())) + 1
     return DataBundle(train, Split(x[val_idx], y[val_idx]), Split(arrays["test_x"], arrays["test_y"]),
                       num_classes, mean.astype(np.float32), std.astype(np.float32))
