@@ -5,6 +5,7 @@ dict), so `torch.load(weights_only=True)` reads it and a pickle payload never ru
 """
 from __future__ import annotations
 
+import functools
 import os
 import random
 import subprocess
@@ -22,6 +23,7 @@ class CheckpointError(RuntimeError):
     """A file that is not a readable tuner checkpoint."""
 
 
+@functools.lru_cache(maxsize=1)  # one lookup per process, not one subprocess per checkpoint
 def git_revision() -> str:
     try:
         out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
@@ -31,6 +33,7 @@ def git_revision() -> str:
         return "unknown"
 
 
+@functools.lru_cache(maxsize=1)
 def package_version() -> str:
     try:
         from importlib.metadata import version

@@ -41,13 +41,15 @@ class PlainSession(Session):
                  storage: str | None = None):
         self.device = device if isinstance(device, torch.device) else pick_device(device)
         self.resume_from = resume_from
-        self.storage = Path(storage) if storage else Path(tempfile.mkdtemp(prefix="tuner-session-"))
+        self.storage = Path(storage) if storage else None  # a temp folder on the first checkpoint
         self.reports: list[dict[str, Any]] = []
         self.checkpoints: list[str] = []
 
     def report(self, metrics, checkpoint_dir=None):
         self.reports.append(dict(metrics))
         if checkpoint_dir:
+            if self.storage is None:
+                self.storage = Path(tempfile.mkdtemp(prefix="tuner-session-"))
             dest = self.storage / f"checkpoint_{len(self.reports):06d}"
             shutil.copytree(checkpoint_dir, dest, dirs_exist_ok=True)
             self.checkpoints.append(str(dest))
