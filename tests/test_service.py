@@ -95,7 +95,7 @@ def test_export_models_recompute_the_reported_accuracy(small_run, tmp_path):
     for name in ("best_config.yaml", "checkpoint.pt", "model.pt", "model.pt2", "model.ts", "metrics.json"):
         assert (tmp_path / "best" / name).is_file(), name
     cfg = TrainConfig.from_dict(torch.load(tmp_path / "best" / "checkpoint.pt", weights_only=True)["config"])
-    val = eval_batches(cfg, "val")
+    (val,) = eval_batches(cfg, "val")
     ts = torch.jit.load(str(tmp_path / "best" / "model.ts"))
     pt2 = torch.export.load(str(tmp_path / "best" / "model.pt2")).module()
     assert accuracy(ts, val) == m["reported"]["val_acc"]

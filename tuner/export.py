@@ -41,14 +41,15 @@ def restore_model(payload: dict[str, Any]) -> tuple[torch.nn.Module, TrainConfig
     return model.eval(), cfg
 
 
-def eval_batches(cfg: TrainConfig, split: str = "val", batch_size: int = 512):
-    """The split's batches exactly as validation saw them: normalised, not augmented, on CPU."""
+def eval_batches(cfg: TrainConfig, *splits: str, batch_size: int = 512) -> tuple[list, ...]:
+    """Each named split's batches exactly as validation saw them: normalised, not augmented,
+    on CPU.  The data set is loaded once for all of them."""
     data = load_data(cfg, cfg.seed)
     scale, shift = data.scale_shift
-    loader = DeviceLoader(getattr(data, split), batch_size=batch_size, device=torch.device("cpu"), scale=scale,
-                          shift=shift, out_dtype=torch.float32, train=False, augment=False,
-                          padding=cfg.crop_padding, flip=False, seed=cfg.seed)
-    return list(loader)
+    return tuple(list(DeviceLoader(getattr(data, split), batch_size=batch_size, device=torch.device("cpu"),
+                                   scale=scale, shift=shift, out_dtype=torch.float32, train=False, augment=False,
+                                   padding=cfg.crop_padding, flip=False, seed=cfg.seed))
+                 for split in splits)
 
 
 @torch.inference_mode()
@@ -68,7 +69,7 @@ def export(exp_dir: str | Path, out: str | Path, rule: str | None = None, force:
     row = select(exp, trials(exp), rule)
     payload = ckpt_io.load(row.checkpoint)
     model, cfg = restore_model(payload)
-    val, test = eval_batches(cfg, "val"), eval_batches(cfg, "test")
+    val, test = eval_batches(cfg, "val", "test")
     example = val[0][0][:2]
     out.mkdir(parents=True, exist_ok=True)
     files = {}
