@@ -134,10 +134,6 @@ class TrainConfig(DataConfig, ModelConfig, OptimConfig, StepConfig, PruneConfig,
         return dataclasses.replace(self, **changes)
 
 
-def field_names() -> list[str]:
-    return [f.name for f in dataclasses.fields(TrainConfig)]
-
-
 def check(cfg: TrainConfig, device_type: str) -> None:
     """Refuse settings that cannot work on this device, before anything starts."""
     problems = problems_of(cfg, has_gpu=(device_type == "cuda"))

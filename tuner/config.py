@@ -266,9 +266,22 @@ def _candidates(e: SearchEntry) -> list[Any]:
 
 
 def _rules(cfg: TrainConfig, has_gpu: bool) -> list[str]:
-    """The training rules, judged against the GPUs the experiment declares."""
-    return [r + " (resources.gpus_per_worker is 0)" if "needs a CUDA GPU" in r else r
-            for r in problems_of(cfg, has_gpu)]
+    """The training rules, judged against the GPUs the experiment declares, plus the ones
+    only an experiment can judge (a global batch that fits the data set, Triton without GPUs)."""
+    rules = [r + " (resources.gpus_per_worker is 0)" if "needs a CUDA GPU" in r else r
+             for r in problems_of(cfg, has_gpu)]
+    if cfg.kernels == "triton" and not has_gpu and os.environ.get("TRITON_INTERPRET") != "1":
+        rules.append("kernels='triton' needs a GPU and resources.gpus_per_worker is 0; use kernels: auto")
+    size = cfg.synthetic_size if cfg.dataset == "synthetic" else TRAIN_SIZES.get(cfg.dataset)
+    if cfg.train_subset:
+        size = min(size or cfg.train_subset, cfg.train_subset)
+    if size is not None:
+        train_size = int(size * (1 - cfg.val_fraction))
+        if cfg.global_batch_size > train_size:
+            rules.append(f"global batch {cfg.global_batch_size} (micro_batch_size {cfg.micro_batch_size} x "
+                         f"accumulation_steps {cfg.accumulation_steps} x workers {cfg.workers}) exceeds the "
+                         f"{train_size} training samples; lower micro_batch_size or accumulation_steps")
+    return rules
 
 
 def _combination_problems(exp: Experiment, skip: set[str] = frozenset()) -> list[str]:
@@ -294,19 +307,7 @@ def _combination_problems(exp: Experiment, skip: set[str] = frozenset()) -> list
         except Exception as e:  # a value of the wrong type for its setting
             found.setdefault(str(e), where)
             continue
-        rules = _rules(cfg, has_gpu)
-        if cfg.kernels == "triton" and not has_gpu and os.environ.get("TRITON_INTERPRET") != "1":
-            rules.append("kernels='triton' needs a GPU and resources.gpus_per_worker is 0; use kernels: auto")
-        size = cfg.synthetic_size if cfg.dataset == "synthetic" else TRAIN_SIZES.get(cfg.dataset)
-        if cfg.train_subset:
-            size = min(size or cfg.train_subset, cfg.train_subset)
-        if size is not None:
-            train_size = int(size * (1 - cfg.val_fraction))
-            if cfg.global_batch_size > train_size:
-                rules.append(f"global batch {cfg.global_batch_size} (micro_batch_size {cfg.micro_batch_size} x "
-                             f"accumulation_steps {cfg.accumulation_steps} x workers {cfg.workers}) exceeds the "
-                             f"{train_size} training samples; lower micro_batch_size or accumulation_steps")
-        for r in rules:
+        for r in _rules(cfg, has_gpu):
             found.setdefault(r, where)
     p = []
     for rule, where in found.items():
