@@ -162,3 +162,63 @@ def test_a_trial_that_cannot_fit_the_cluster_is_refused_and_concurrency_is_cappe
 def test_quoted_numbers_stay_text():
     exp = parse(GOOD.replace("name: t", 'name: "2024"'))
     assert exp.name == "2024"
+
+
+# ---------------------------------------------------------------- ranges, declared once per field
+
+def _numeric_fields():
+    import dataclasses
+    from trainables.config import TrainConfig
+    return [f for f in dataclasses.fields(TrainConfig) if type(f.default) in (int, float)]
+
+
+def _outside(limits: dict, kind: type) -> list:
+    """One value past each end of a range."""
+    out = []
+    if "ge" in limits:
+        out.append(kind(limits["ge"] - 1))
+    if "gt" in limits:
+        out.append(kind(limits["gt"]))
+    if "le" in limits:
+        out.append(kind(limits["le"] + 1))
+    if "lt" in limits:
+        out.append(kind(limits["lt"]))
+    return out
+
+
+def test_every_numeric_setting_declares_its_range():
+    missing = [f.name for f in _numeric_fields() if not f.metadata.get("bounds")]
+    assert not missing, f"numeric training settings without bounds(...): {missing}"
+
+
+@pytest.mark.parametrize("field", _numeric_fields(), ids=lambda f: f.name)
+def test_a_value_outside_each_range_is_refused_by_the_rules_and_the_schema(field):
+    from trainables.config import TrainConfig, problems_of
+    for bad in _outside(field.metadata["bounds"], type(field.default)):
+        rules = problems_of(TrainConfig(**{field.name: bad}), has_gpu=False)
+        assert any(r.startswith(f"{field.name}={bad!r} must be") for r in rules), (bad, rules)
+        msg = one(f"name: t\ntrain: {{{field.name}: {bad!r}}}\n", f"train.{field.name}")
+        assert repr(bad) in msg, msg
+
+
+def test_the_settings_the_issue_found_are_refused_with_field_value_and_range():
+    text = ("name: t\ntrain: {width: -1, dropout: 1.5, momentum: -1, warmup_epochs: -2, crop_padding: -3,\n"
+            "        grad_clip: -1, max_nonfinite_steps: 0, synthetic_size: 0}\n")
+    found = problems(text)
+    for key in ("width", "dropout", "momentum", "warmup_epochs", "crop_padding", "grad_clip",
+                "max_nonfinite_steps", "synthetic_size"):
+        assert any(p.startswith(f"train.{key}:") and ("greater" in p or "less" in p) for p in found), (key, found)
+
+
+@pytest.mark.parametrize("value", [".nan", ".inf", "-.inf"])
+def test_non_finite_fixed_settings_are_refused(value):
+    one(f"name: t\ntrain: {{lr: {value}}}\n", "train.lr", "finite")
+    one(f"name: t\nbudget: {{reduction_factor: {value}}}\n", "budget.reduction_factor")
+
+
+def test_cross_field_rules_against_the_epoch_budget():
+    one("name: t\nbudget: {max_epochs: 3}\ntrain: {warmup_epochs: 3}\n", "warmup_epochs=3", "< epochs=3")
+    one("name: t\nbudget: {max_epochs: 3}\ntrain: {prune_amount: 0.5, prune_end_epoch: 4}\n",
+        "prune_end_epoch=4", "<= epochs=3")
+    one("name: t\nbudget: {max_epochs: 3}\ntrain: {lr: 0.1}\nsearch:\n  warmup_epochs: {type: uniform, low: 0, high: 5}\n",
+        "warmup_epochs=5", "searched")

@@ -1,25 +1,43 @@
 """Two gloo processes: TrainStep under DDP (gradient sync and agreement between ranks)."""
 import json
 import os
+import sys
 
+import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
 
+from trainables.loop import NO_FORWARD_BUFFER_SYNC
 from trainables.step import DivergedError, TrainStep
 
 
+def _run_body(rank: int, body) -> dict:
+    torch.manual_seed(0)
+    model = nn.parallel.DistributedDataParallel(nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2)),
+                                                **NO_FORWARD_BUFFER_SYNC)
+    return body(rank, model)
+
+
 def _rank_main(rank: int, world: int, init_file: str, out_dir: str, body) -> None:
-    """One rank: a process group, the same small DDP model everywhere, body's result as JSON."""
+    """One rank: a process group, the same small DDP model everywhere, body's result as JSON.
+
+    A rank that succeeded ends with os._exit, as Ray's workers do: the DDP model keeps the
+    gloo process group (and its threads) alive after destroy_process_group, and on Python
+    3.11 a gloo thread that releases a collective's tensor while the interpreter finalizes
+    must take the GIL, is made to exit instead, and aborts the process ("terminate called
+    without an active exception"), about one run in eight before this."""
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     try:
-        torch.manual_seed(0)
-        model = nn.parallel.DistributedDataParallel(nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2)))
+        result = _run_body(rank, body)
         with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
-            json.dump(body(rank, model), f)
+            json.dump(result, f)
     finally:
         dist.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _spawn(body, tmp_path) -> list[dict]:
@@ -73,3 +91,26 @@ def test_a_nonfinite_loss_on_one_rank_skips_the_step_on_every_rank(tmp_path):
     assert r0["applied"] is False and r1["applied"] is False
     assert r0["raised"] and r1["raised"]          # both give up together: no rank left waiting
     assert r0["weights"] == r1["weights"]
+
+
+def _oom_on_rank_one(rank: int, model) -> dict:
+    def loss(logits, y):  # rank 1 runs out of memory before its backward, rank 0 does not
+        if rank == 1:
+            raise torch.OutOfMemoryError("injected: out of memory on rank 1")
+        return nn.functional.cross_entropy(logits, y)
+    step = TrainStep(model, torch.optim.SGD(model.parameters(), lr=0.5), loss_fn=loss,
+                     device=torch.device("cpu"))
+    g = torch.Generator().manual_seed(rank)
+    group = [(torch.randn(3, 4, generator=g), torch.randint(0, 2, (3,), generator=g)) for _ in range(2)]
+    try:
+        step(group)
+        return {"raised": None}
+    except torch.OutOfMemoryError as e:
+        return {"raised": str(e)}
+
+
+@pytest.mark.timeout(60)
+def test_out_of_memory_on_one_rank_ends_the_step_on_every_rank(tmp_path):
+    r0, r1 = _spawn(_oom_on_rank_one, tmp_path)   # a rank left waiting in a collective would hang here
+    assert r1["raised"] == "injected: out of memory on rank 1"
+    assert r0["raised"] and "other rank" in r0["raised"]

@@ -7,7 +7,8 @@ Every knob lives here with its unit.  Batch sizes are per worker.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 from typing import Any
 
 DATASETS = ("digits", "cifar10", "synthetic")
@@ -26,6 +27,35 @@ TORCH_LOADER_FIELDS = ("num_workers", "pin_memory", "persistent_workers", "prefe
                        "precomputed_augment")
 
 
+BOUND_KEYS = ("ge", "gt", "le", "lt")
+
+
+def bounded(default: float, **limits: float):
+    """A numeric setting with its valid range (ge/gt/le/lt), declared beside the field: the
+    service's schema and problems_of both read it from the field's metadata."""
+    assert limits and set(limits) <= set(BOUND_KEYS), limits
+    return field(default=default, metadata={"bounds": limits})
+
+
+def range_text(limits: dict[str, float]) -> str:
+    """{'gt': 0, 'lt': 1} -> '(0, 1)'; {'ge': 1} -> '>= 1'."""
+    lo = ("[", limits["ge"]) if "ge" in limits else ("(", limits["gt"]) if "gt" in limits else None
+    hi = ("]", limits["le"]) if "le" in limits else (")", limits["lt"]) if "lt" in limits else None
+    if lo and hi:
+        return f"in {lo[0]}{lo[1]:g}, {hi[1]:g}{hi[0]}"
+    if lo:
+        return f"{'>=' if lo[0] == '[' else '>'} {lo[1]:g}"
+    return f"{'<=' if hi[0] == ']' else '<'} {hi[1]:g}"
+
+
+def breaks(value: float, limits: dict[str, float]) -> bool:
+    """True when value lies outside the range (a non-finite number always does)."""
+    if not math.isfinite(value):
+        return True
+    return (("ge" in limits and value < limits["ge"]) or ("gt" in limits and value <= limits["gt"])
+            or ("le" in limits and value > limits["le"]) or ("lt" in limits and value >= limits["lt"]))
+
+
 class ConfigError(ValueError):
     """A training setting that cannot work; the message names the field and the fix."""
 
@@ -37,20 +67,20 @@ class DataConfig:
     download: bool = False           # fetch CIFAR-10 when missing (needs internet)
     cache_dir: str = ".cache/tuner"  # HDF5 caches, shared by all trials on a host
     stage_shm: bool = False          # copy the cache to /dev/shm when it fits
-    val_fraction: float = 0.1        # share of the training set held out, seeded
-    train_subset: int = 0            # keep the first N training samples; 0 = all
-    synthetic_size: int = 2048       # synthetic: number of training images
+    val_fraction: float = bounded(0.1, gt=0, lt=1)        # share of the training set held out, seeded
+    train_subset: int = bounded(0, ge=0)            # keep the first N training samples; 0 = all
+    synthetic_size: int = bounded(2048, ge=1)       # synthetic: number of training images
     synthetic_shape: tuple = (3, 32, 32)  # synthetic: C, H, W
-    synthetic_classes: int = 10      # synthetic: number of classes
+    synthetic_classes: int = bounded(10, ge=2)      # synthetic: number of classes
     loader: str = "device"           # device (resident data, batched augment) | torch (DataLoader)
-    num_workers: int = 0             # torch loader: worker processes
+    num_workers: int = bounded(0, ge=0, le=64)             # torch loader: worker processes
     pin_memory: bool = False         # torch loader: page-locked host batches
     persistent_workers: bool = False # torch loader: keep workers between epochs
-    prefetch_factor: int = 2         # torch loader: batches prefetched per worker
+    prefetch_factor: int = bounded(2, ge=1)         # torch loader: batches prefetched per worker
     drop_last: bool = False          # drop the last short training batch
-    precomputed_augment: int = 0     # torch loader: N augmented copies stored in the cache
+    precomputed_augment: int = bounded(0, ge=0, le=32)     # torch loader: N augmented copies stored in the cache
     augment: bool = True             # random crop + horizontal flip on training batches
-    crop_padding: int = 4            # pixels of zero padding for the random crop
+    crop_padding: int = bounded(4, ge=0, le=16)            # pixels of zero padding for the random crop
     flip: bool = True                # horizontal flips (off for digits)
     eval_test: bool = False          # also report accuracy on the held-out test split
 
@@ -58,8 +88,8 @@ class DataConfig:
 @dataclass
 class ModelConfig:
     model: str = "convnet"           # see MODELS
-    width: float = 1.0               # convnet channel multiplier
-    dropout: float = 0.1             # convnet head dropout probability
+    width: float = bounded(1.0, gt=0, le=8)               # convnet channel multiplier
+    dropout: float = bounded(0.1, ge=0, lt=1)             # convnet head dropout probability
     pretrained: str = ""             # path of a local state dict; "" = random init
     freeze_backbone: bool = False    # train only the classification head
     channels_last: bool = True       # NHWC weights and inputs on CUDA
@@ -68,40 +98,40 @@ class ModelConfig:
 @dataclass
 class OptimConfig:
     optimizer: str = "sgd"           # sgd (Nesterov momentum) | adamw
-    lr: float = 0.05                 # peak learning rate
-    momentum: float = 0.9            # sgd momentum
-    weight_decay: float = 5e-4       # L2 (sgd) or decoupled (adamw)
+    lr: float = bounded(0.05, gt=0, le=10)                 # peak learning rate
+    momentum: float = bounded(0.9, ge=0, lt=1)            # sgd momentum
+    weight_decay: float = bounded(5e-4, ge=0, le=1)       # L2 (sgd) or decoupled (adamw)
     scheduler: str = "cosine"        # none | cosine | onecycle | plateau
-    warmup_epochs: float = 0.0       # linear warmup, in epochs (cosine / none)
-    label_smoothing: float = 0.0     # in [0, 0.3]
+    warmup_epochs: float = bounded(0.0, ge=0)       # linear warmup, in epochs (cosine / none)
+    label_smoothing: float = bounded(0.0, ge=0, le=0.3)     # in [0, 0.3]
 
 
 @dataclass
 class StepConfig:
-    epochs: int = 10                 # full passes over the training split
-    micro_batch_size: int = 64       # samples per forward pass, per worker
-    accumulation_steps: int = 1      # micro-batches per optimizer step
+    epochs: int = bounded(10, ge=1)                 # full passes over the training split
+    micro_batch_size: int = bounded(64, ge=1)       # samples per forward pass, per worker
+    accumulation_steps: int = bounded(1, ge=1)      # micro-batches per optimizer step
     precision: str = "fp32"          # fp32 | bf16 | fp16 (fp16 needs CUDA)
-    grad_clip: float = 0.0           # max global grad norm; 0 = no clipping
-    max_nonfinite_steps: int = 5     # consecutive non-finite losses before giving up
+    grad_clip: float = bounded(0.0, ge=0)           # max global grad norm; 0 = no clipping
+    max_nonfinite_steps: int = bounded(5, ge=1)     # consecutive non-finite losses before giving up
     kernels: str = "auto"            # auto (Triton on CUDA) | triton | torch
-    max_steps_per_epoch: int = 0     # cap optimizer steps per epoch; 0 = no cap
+    max_steps_per_epoch: int = bounded(0, ge=0)     # cap optimizer steps per epoch; 0 = no cap
 
 
 @dataclass
 class PruneConfig:
-    prune_amount: float = 0.0        # final sparsity of conv/linear weights, in [0, 0.95]
+    prune_amount: float = bounded(0.0, ge=0, le=0.95)        # final sparsity of conv/linear weights, in [0, 0.95]
     prune_scope: str = "global"      # global | layer (L1 unstructured)
-    prune_start_epoch: int = 1       # first epoch after which weights are pruned
-    prune_end_epoch: int = 0         # last pruning epoch (spread linearly); 0 = start only
+    prune_start_epoch: int = bounded(1, ge=1)       # first epoch after which weights are pruned
+    prune_end_epoch: int = bounded(0, ge=0)         # last pruning epoch (spread linearly); 0 = start only
 
 
 @dataclass
 class RunConfig:
-    seed: int = 0                    # seeds weights, splits, shuffles and augmentation
+    seed: int = bounded(0, ge=0)                    # seeds weights, splits, shuffles and augmentation
     device: str = "auto"             # auto | cpu | cuda
-    workers: int = 1                 # data-parallel workers per trial
-    checkpoint_every: int = 1        # epochs between checkpoints
+    workers: int = bounded(1, ge=1)                 # data-parallel workers per trial
+    checkpoint_every: int = bounded(1, ge=1)        # epochs between checkpoints
     inject_fault: str = ""           # testing seam: "nan_loss" or "oom" from the first step
 
 
@@ -160,19 +190,17 @@ def problems_of(cfg: TrainConfig, has_gpu: bool) -> list[str]:
                  "use precision='bf16' or 'fp32' on CPU")
     if cfg.device == "cuda" and not has_gpu:
         p.append("device='cuda' but no CUDA GPU is available; use device='auto' or 'cpu'")
-    for name in ("micro_batch_size", "accumulation_steps", "epochs", "workers", "checkpoint_every"):
-        if getattr(cfg, name) < 1:
-            p.append(f"{name}={getattr(cfg, name)!r} must be >= 1")
-    if not 0.0 <= cfg.prune_amount <= 0.95:
-        p.append(f"prune_amount={cfg.prune_amount!r} must be in [0, 0.95]")
-    if not 0.0 <= cfg.label_smoothing <= 0.3:
-        p.append(f"label_smoothing={cfg.label_smoothing!r} must be in [0, 0.3]")
-    if not 0.0 < cfg.val_fraction < 1.0:
-        p.append(f"val_fraction={cfg.val_fraction!r} must be in (0, 1)")
-    if cfg.lr <= 0:
-        p.append(f"lr={cfg.lr!r} must be > 0")
-    if cfg.num_workers < 0:
-        p.append(f"num_workers={cfg.num_workers!r} must be >= 0")
+    for f in dataclasses.fields(cfg):
+        limits = f.metadata.get("bounds")
+        value = getattr(cfg, f.name)
+        if limits and isinstance(value, (int, float)) and not isinstance(value, bool) and breaks(value, limits):
+            p.append(f"{f.name}={value!r} must be {range_text(limits)}")
+    if cfg.warmup_epochs and cfg.warmup_epochs >= cfg.epochs:
+        p.append(f"warmup_epochs={cfg.warmup_epochs!r} must be < epochs={cfg.epochs}")
+    if cfg.prune_end_epoch > cfg.epochs:
+        p.append(f"prune_end_epoch={cfg.prune_end_epoch} must be <= epochs={cfg.epochs}")
+    if cfg.prune_amount > 0 and cfg.prune_start_epoch > cfg.epochs:
+        p.append(f"prune_start_epoch={cfg.prune_start_epoch} must be <= epochs={cfg.epochs} when prune_amount > 0")
     if cfg.loader == "device":
         defaults = DataConfig()
         for name in TORCH_LOADER_FIELDS:

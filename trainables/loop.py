@@ -7,6 +7,7 @@ memory ends itself with a final report (Ray would retry any exception it raised)
 from __future__ import annotations
 
 import gc
+import inspect
 import logging
 import math
 import shutil
@@ -29,6 +30,10 @@ from .step import DTYPES, DivergedError, TrainStep
 log = logging.getLogger(__name__)
 
 WORST_LOSS = 1.0e6  # finite stand-in for a loss that could not be measured
+# torch 2.14 renames DDP's broadcast_buffers (and warns); older releases know only the old name.
+NO_FORWARD_BUFFER_SYNC = ({"forward_sync_buffers": False}
+                          if "forward_sync_buffers" in inspect.signature(nn.parallel.DistributedDataParallel).parameters
+                          else {"broadcast_buffers": False})
 
 
 def build_optimizer(cfg: TrainConfig, model: nn.Module) -> torch.optim.Optimizer:
@@ -80,6 +85,13 @@ def _all_reduce(values: list[float], device: torch.device) -> list[float]:
     return t.tolist()
 
 
+def _sync_buffers(model: nn.Module) -> None:
+    """Rank 0's buffers (BatchNorm running statistics) on every rank."""
+    if dist.is_available() and dist.is_initialized():
+        for b in model.buffers():
+            dist.broadcast(b, src=0)
+
+
 @torch.inference_mode()
 def evaluate(model: nn.Module, loader, step: TrainStep) -> tuple[float, float]:
     """Mean loss and accuracy over the loader's samples on all ranks (summed, then divided)."""
@@ -127,7 +139,10 @@ class _Trial:
     def _wrap(self, model: nn.Module) -> nn.Module:
         if self.session.world_size > 1 and dist.is_available() and dist.is_initialized():
             ids = [self.device.index] if self.device.type == "cuda" else None
-            return nn.parallel.DistributedDataParallel(model, device_ids=ids)
+            # No buffer broadcast in every forward: that collective would leave the other ranks
+            # waiting when one rank runs out of memory mid-group (TrainStep agrees once per step).
+            # Buffers (BatchNorm statistics) are synced from rank 0 before each validation.
+            return nn.parallel.DistributedDataParallel(model, device_ids=ids, **NO_FORWARD_BUFFER_SYNC)
         return model
 
     def _loaders(self):
@@ -218,6 +233,7 @@ class _Trial:
         target = pruning.target_sparsity(self.cfg, epoch)
         if target > 0:
             pruning.prune_to(self.model, target, self.cfg.prune_scope)
+        _sync_buffers(self.model)
         val_loss, val_acc = evaluate(self.model, self.val_loader, self.step)
         if isinstance(self.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
             self.scheduler.step(val_loss)

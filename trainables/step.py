@@ -54,9 +54,13 @@ class TrainStep:
         self.nonfinite_in_a_row = 0
         self.nonfinite_total = 0
         self.params = [p for p in model.parameters() if p.requires_grad]
-        # Under DDP every rank must agree to skip a step, or the ranks drift apart and the
-        # one that gives up first leaves the others waiting in a collective.
+        # Under DDP every rank must agree to skip a step (or to give up), or the ranks drift
+        # apart and the one that stops first leaves the others waiting in a collective.
         self.distributed = isinstance(model, nn.parallel.DistributedDataParallel)
+        # One buffer for the agreement, alive as long as the step: a gloo thread then never
+        # holds the last reference to it.  Releasing a Python-owned tensor needs the GIL, and a
+        # gloo thread that asks for it while the interpreter exits aborts the whole process.
+        self._flags = torch.zeros(2, device=device)
 
     def to_device(self, x: torch.Tensor) -> torch.Tensor:
         if x.device != self.device:
@@ -82,32 +86,54 @@ class TrainStep:
         self.optimizer.zero_grad(set_to_none=True)
         loss_sum = torch.zeros((), device=self.device)
         correct = torch.zeros((), device=self.device, dtype=torch.long)
-        for i, (x, y) in enumerate(group):
-            x, y = self.to_device(x), self.to_device(y)
-            with self._sync_context(last=i == len(group) - 1):
-                with self.autocast():
-                    logits = self.model(x)
-                    loss = self.loss_fn(logits, y)
-                # Mean loss per micro-batch, weighted by its share of the group's samples,
-                # so a short last group counts each sample once.
-                weight = y.shape[0] / total
-                scaled = loss * weight
-                (self.scaler.scale(scaled) if self.scaler else scaled).backward()
-            loss_sum += loss.detach().float() * y.shape[0]
-            correct += (logits.detach().argmax(1) == y).sum()
-        mean_loss = float(loss_sum) / total
-        if self._any_rank(not math.isfinite(mean_loss)):
+        pending = None  # the last micro-step's loss: its backward syncs gradients across ranks
+        oom: torch.OutOfMemoryError | None = None
+        try:
+            for i, (x, y) in enumerate(group):
+                x, y = self.to_device(x), self.to_device(y)
+                last = i == len(group) - 1
+                with self._sync_context(last=last):
+                    with self.autocast():
+                        logits = self.model(x)
+                        loss = self.loss_fn(logits, y)
+                    # Mean loss per micro-batch, weighted by its share of the group's samples,
+                    # so a short last group counts each sample once.
+                    scaled = loss * (y.shape[0] / total)
+                    scaled = self.scaler.scale(scaled) if self.scaler else scaled
+                    if last:
+                        pending = scaled
+                    else:
+                        scaled.backward()
+                loss_sum += loss.detach().float() * y.shape[0]
+                correct += (logits.detach().argmax(1) == y).sum()
+        except torch.OutOfMemoryError as e:
+            if not self.distributed:
+                raise
+            oom, pending = e, None
+        # The ranks agree before the backward that all-reduces gradients: a rank that ran out
+        # of memory or saw a non-finite loss must not leave the others waiting in that collective.
+        nonfinite, oom_ranks = self._agree(loss_sum, oom is not None)
+        if oom_ranks:
+            self.optimizer.zero_grad(set_to_none=True)
+            raise oom or torch.OutOfMemoryError(
+                f"{oom_ranks} other rank(s) ran out of memory in the same step")
+        if nonfinite:
             return self._skip(total)
+        pending.backward()
         self.nonfinite_in_a_row = 0
         applied, grad_norm = self._apply()
-        return StepResult(mean_loss, total, int(correct), grad_norm, applied)
+        return StepResult(float(loss_sum) / total, total, int(correct), grad_norm, applied)
 
-    def _any_rank(self, flag: bool) -> bool:
+    def _agree(self, loss_sum: torch.Tensor, oom: bool) -> tuple[bool, int]:
+        """(any rank saw a non-finite loss, how many ranks ran out of memory): one all-reduce."""
         if not self.distributed:
-            return flag
-        t = torch.tensor([float(flag)], device=self.device)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        return bool(t.item())
+            return not math.isfinite(float(loss_sum)), 0
+        flags = self._flags
+        flags[0] = (~torch.isfinite(loss_sum)).float()
+        flags[1] = float(oom)
+        dist.all_reduce(flags)
+        nonfinite, ooms = flags.tolist()
+        return nonfinite > 0, int(ooms)
 
     def _apply(self) -> tuple[bool, float]:
         if self.scaler is not None:

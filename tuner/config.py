@@ -20,9 +20,9 @@ from typing import Any, Literal, Optional
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
-from trainables.config import TORCH_LOADER_FIELDS, TrainConfig, problems_of
+from trainables.config import TORCH_LOADER_FIELDS, TrainConfig, problems_of, range_text
 
-STRICT = ConfigDict(extra="forbid", strict=True)
+STRICT = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)  # no .inf/.nan anywhere
 # Known training-set sizes, to check that a global batch fits (None: unknown until loaded).
 TRAIN_SIZES = {"digits": 1437, "cifar10": 50000}
 MAX_COMBINATIONS = 4096
@@ -40,13 +40,17 @@ class ExperimentError(ValueError):
 
 
 def _train_settings_model() -> type[BaseModel]:
+    """The training settings' schema, ranges included, from TrainConfig's own fields."""
     hints = typing.get_type_hints(TrainConfig)
-    fields = {f.name: (hints[f.name], f.default) for f in dataclasses.fields(TrainConfig)}
+    fields = {f.name: (hints[f.name], Field(f.default, **f.metadata.get("bounds", {})))
+              for f in dataclasses.fields(TrainConfig)}
     return create_model("TrainSettings", __config__=STRICT, **fields)
 
 
 TrainSettings = _train_settings_model()
 TRAIN_FIELDS = [f.name for f in dataclasses.fields(TrainConfig)]
+TRAIN_BOUNDS = {f.name: f.metadata["bounds"] for f in dataclasses.fields(TrainConfig) if "bounds" in f.metadata}
+RANGE_ERRORS = {"greater_than", "greater_than_equal", "less_than", "less_than_equal", "finite_number"}
 
 
 class Objective(BaseModel):
@@ -205,6 +209,9 @@ def _schema_problems(err: ValidationError) -> list[str]:
         if e["type"] == "extra_forbidden":
             out.append(f"{path}: unknown key{_did_you_mean(loc[-1], _allowed_keys(loc))} "
                        f"(allowed here: {', '.join(_allowed_keys(loc))})")
+        elif loc[:1] == ("train",) and len(loc) == 2 and loc[1] in TRAIN_BOUNDS and e["type"] in RANGE_ERRORS:
+            out.append(f"{path}: {e['input']!r} is out of range: {e['msg'].lower()}; "
+                       f"it must be {range_text(TRAIN_BOUNDS[loc[1]])}")
         else:
             out.append(f"{path}: {e['input']!r} is not valid: {e['msg']}")
     return out
