@@ -1,3 +1,4 @@
+import json
 import os
 
 import pytest
@@ -55,8 +56,31 @@ def test_truncated_checkpoint_is_refused(tmp_path):
     path = ck.save(tmp_path / "c.pt", {"model": {"w": torch.ones(1000)}})
     data = path.read_bytes()
     path.write_bytes(data[: len(data) // 2])
-    with pytest.raises(ck.CheckpointError, match="not a readable tuner checkpoint"):
+    with pytest.raises(ck.CheckpointError, match="corrupt.*truncated"):
         ck.load(path)
+
+
+def test_one_flipped_byte_is_detected(tmp_path):
+    path = ck.save(tmp_path / "c.pt", {"model": {"w": torch.ones(1000)}})
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01          # inside the tensor data: torch.load alone would not notice
+    path.write_bytes(bytes(data))
+    with pytest.raises(ck.CheckpointError, match="SHA-256 differs"):
+        ck.load(path)
+
+
+def test_a_failed_write_leaves_the_previous_checkpoint_and_manifest(tmp_path, monkeypatch):
+    import errno
+    path = ck.save(tmp_path / "c.pt", {"model": {"w": torch.ones(10)}, "epoch": 1})
+
+    def full(obj, f):
+        f.write(b"partial")
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(ck.torch, "save", full)
+    with pytest.raises(OSError):
+        ck.save(path, {"model": {"w": torch.zeros(10)}, "epoch": 2})
+    monkeypatch.undo()
+    assert ck.load(path)["epoch"] == 1 and not list(tmp_path.glob(".*.tmp"))
 
 
 class Payload:
@@ -69,7 +93,12 @@ def test_pickle_payload_is_refused_and_never_runs(tmp_path, monkeypatch):
     monkeypatch.setenv("TUNER_PWNED", str(marker))
     path = tmp_path / "evil.pt"
     torch.save({"format": ck.FORMAT, "model": {}, "x": Payload()}, path)
-    with pytest.raises(ck.CheckpointError):
+    with pytest.raises(ck.CheckpointError, match="no checksum manifest"):
+        ck.load(path)
+    # Even with a matching manifest planted beside it, the payload is refused unread.
+    ck.manifest_path(path).write_text(json.dumps({"file": path.name, "bytes": path.stat().st_size,
+                                                  "sha256": ck._sha256(path)}))
+    with pytest.raises(ck.CheckpointError, match="not a readable tuner checkpoint"):
         ck.load(path)
     assert not marker.exists()
 
@@ -77,8 +106,25 @@ def test_pickle_payload_is_refused_and_never_runs(tmp_path, monkeypatch):
 def test_foreign_file_is_refused(tmp_path):
     path = tmp_path / "other.pt"
     torch.save({"weights": torch.ones(1)}, path)
-    with pytest.raises(ck.CheckpointError, match="not a tuner checkpoint"):
+    with pytest.raises(ck.CheckpointError, match="no checksum manifest"):
         ck.load(path)
     (tmp_path / "text.pt").write_text("hello")
     with pytest.raises(ck.CheckpointError):
         ck.load(tmp_path / "text.pt")
+
+
+def test_a_checkpoint_write_failing_mid_run_ends_the_trial_and_keeps_the_previous(tmp_path, monkeypatch, cache_dir):
+    import errno
+    real, calls = ck.save, []
+
+    def disk_full_on_second(path, payload):
+        calls.append(path)
+        if len(calls) == 2:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(path, payload)
+    monkeypatch.setattr(ck, "save", disk_full_on_second)
+    session = PlainSession("cpu", storage=str(tmp_path / "trial"))
+    last = train_loop(digits_config(cache_dir, epochs=3, max_steps_per_epoch=2), session)
+    assert last["status"] == "storage_error" and "No space left" in last["reason"] and last["epoch"] == 2
+    assert [r["epoch"] for r in session.reports] == [1, 2] and len(session.checkpoints) == 1
+    assert ck.load(session.checkpoints[0])["epoch"] == 1   # the previous checkpoint is intact

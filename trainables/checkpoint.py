@@ -1,13 +1,17 @@
 """Structured checkpoints: written atomically, read only with weights_only=True.
 
-The file holds plain values and tensors only (RNG states as tensors, the config as a
+Each file has a checksum manifest beside it, checked on every read, so a flipped byte or a
+truncated copy is refused rather than loaded.  The file holds plain values and tensors only (RNG states as tensors, the config as a
 dict), so `torch.load(weights_only=True)` reads it and a pickle payload never runs.
 """
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 import os
 import random
+import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -17,6 +21,7 @@ import torch
 
 FORMAT = "tuner-checkpoint-v1"
 FILENAME = "checkpoint.pt"
+MANIFEST_SUFFIX = ".sha256.json"  # beside each checkpoint: its size and SHA-256
 
 
 class CheckpointError(RuntimeError):
@@ -64,21 +69,41 @@ def strip_prefix(state_dict: dict[str, torch.Tensor], prefix: str = "module.") -
     return {(k[len(prefix):] if k.startswith(prefix) else k): v for k, v in state_dict.items()}
 
 
-def save(path: str | os.PathLike, payload: dict[str, Any]) -> Path:
-    """Write atomically: temp file in the same folder, fsync, rename, fsync the folder."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    payload = {"format": FORMAT, "version": package_version(), "git": git_revision(), **payload}
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _write_atomic(path: Path, write) -> None:
+    """write(f) into a temp file in the same folder, fsync, rename over `path`."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
-            torch.save(payload, f)
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def manifest_path(path: Path) -> Path:
+    return path.with_name(path.name + MANIFEST_SUFFIX)
+
+
+def save(path: str | os.PathLike, payload: dict[str, Any]) -> Path:
+    """Write atomically (temp file, fsync, rename, fsync the folder), then its checksum
+    manifest the same way.  A failed write leaves the previous file and manifest as they were."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = {"format": FORMAT, "version": package_version(), "git": git_revision(), **payload}
+    _write_atomic(path, lambda f: torch.save(payload, f))
+    manifest = {"file": path.name, "bytes": path.stat().st_size, "sha256": _sha256(path)}
+    _write_atomic(manifest_path(path), lambda f: f.write(json.dumps(manifest).encode()))
     dir_fd = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(dir_fd)
@@ -87,18 +112,49 @@ def save(path: str | os.PathLike, payload: dict[str, Any]) -> Path:
     return path
 
 
+def copy(src: str | os.PathLike, dest: str | os.PathLike) -> Path:
+    """Copy a verified checkpoint file and its manifest."""
+    src, dest = Path(src), Path(dest)
+    verify(src)
+    shutil.copyfile(src, dest)
+    manifest = json.loads(manifest_path(src).read_text())
+    manifest["file"] = dest.name
+    manifest_path(dest).write_text(json.dumps(manifest))
+    return dest
+
+
+def verify(path: Path) -> None:
+    """The file matches the manifest written with it: size and SHA-256."""
+    mpath = manifest_path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path}: no such checkpoint")
+    try:
+        manifest = json.loads(mpath.read_text())
+        want_size, want_sha = int(manifest["bytes"]), str(manifest["sha256"])
+    except FileNotFoundError:
+        raise CheckpointError(f"{path} has no checksum manifest ({mpath.name}): the write did not finish, "
+                              "or the file was not written by tuner") from None
+    except (ValueError, KeyError, TypeError):
+        raise CheckpointError(f"{mpath} is not a readable checksum manifest") from None
+    size = path.stat().st_size
+    if size != want_size:
+        raise CheckpointError(f"{path} is corrupt: {size} bytes, the manifest says {want_size} (truncated?)")
+    if _sha256(path) != want_sha:
+        raise CheckpointError(f"{path} is corrupt: its SHA-256 differs from the manifest written with it")
+
+
 def load(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> dict[str, Any]:
-    """Read a checkpoint on any device; a truncated or foreign file gives CheckpointError."""
+    """Read a checkpoint on any device, after checking it against its manifest; a corrupt,
+    truncated or foreign file gives CheckpointError."""
     path = Path(path)
     if path.is_dir():
         path = path / FILENAME
+    verify(path)
     try:
         payload = torch.load(path, map_location=map_location, weights_only=True)
-    except FileNotFoundError:
-        raise CheckpointError(f"{path}: no such checkpoint") from None
-    except Exception as e:  # truncated zip, pickle with forbidden globals, not a torch file
-        raise CheckpointError(f"{path} is not a readable tuner checkpoint (truncated, corrupted "
-                              f"or not made by tuner): {type(e).__name__}: {str(e).splitlines()[0][:200]}") from None
+    except Exception as e:  # pickle with forbidden globals, not a torch file
+        raise CheckpointError(f"{path} is not a readable tuner checkpoint (corrupted or not made by tuner): "
+                              f"{type(e).__name__}: {str(e).splitlines()[0][:200]}") from None
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise CheckpointError(f"{path} is not a tuner checkpoint (no '{FORMAT}' marker)")
     payload["model"] = strip_prefix(payload["model"])

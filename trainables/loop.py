@@ -36,6 +36,10 @@ NO_FORWARD_BUFFER_SYNC = ({"forward_sync_buffers": False}
                           else {"broadcast_buffers": False})
 
 
+class CheckpointWriteError(RuntimeError):
+    """A checkpoint could not be written (disk full, I/O error): the trial ends, nothing is lost."""
+
+
 def build_optimizer(cfg: TrainConfig, model: nn.Module) -> torch.optim.Optimizer:
     params = [p for p in model.parameters() if p.requires_grad]
     if cfg.optimizer == "adamw":
@@ -252,15 +256,22 @@ class _Trial:
         if not with_checkpoint:
             self.session.report(metrics)
             return
-        folder = tempfile.mkdtemp(prefix="tuner-ckpt-")
+        folder, error = None, None
         try:
             if self.session.rank == 0:
-                self.save(folder, epoch, metrics)
-                self.session.report(metrics, checkpoint_dir=folder)
-            else:
-                self.session.report(metrics)
+                try:
+                    folder = tempfile.mkdtemp(prefix="tuner-ckpt-")
+                    self.save(folder, epoch, metrics)
+                except OSError as e:  # a full or failing disk: the previous checkpoint stays as it was
+                    error = e
+            # Every rank learns that rank 0 could not write, so none goes on alone.
+            if _all_reduce([float(error is not None)], self.device)[0]:
+                raise CheckpointWriteError(f"the checkpoint of epoch {epoch} could not be written"
+                                           + (f": {error}" if error else " on rank 0"))
+            self.session.report(metrics, checkpoint_dir=folder if self.session.rank == 0 else None)
         finally:
-            shutil.rmtree(folder, ignore_errors=True)
+            if folder:
+                shutil.rmtree(folder, ignore_errors=True)
 
     def run(self) -> dict[str, Any]:
         last: dict[str, Any] = {}
@@ -285,8 +296,9 @@ def final_report(session: Session, status: str, epoch: int, reason: str) -> dict
 def train_loop(config: TrainConfig | dict, session: Session | None = None) -> dict[str, Any]:
     """Train one config to the end, or until it diverges or runs out of memory.
 
-    Returns the last metrics reported.  Never raises for divergence or OOM: those end
-    the trial with status "diverged" / "infeasible".
+    Returns the last metrics reported.  Never raises for divergence, OOM or a checkpoint
+    that cannot be written: those end the trial with status "diverged" / "infeasible" /
+    "storage_error".
     """
     cfg = config if isinstance(config, TrainConfig) else TrainConfig.from_dict(config)
     session = session or PlainSession(cfg.device)
@@ -301,6 +313,10 @@ def train_loop(config: TrainConfig | dict, session: Session | None = None) -> di
         epoch = _current_epoch(trial)
         log.warning("trial diverged at epoch %d: %s", epoch, e)
         return final_report(session, "diverged", epoch, str(e))
+    except CheckpointWriteError as e:
+        epoch = _current_epoch(trial)
+        log.warning("trial stopped at epoch %d: %s", epoch, e)
+        return final_report(session, "storage_error", epoch, str(e))
     except torch.OutOfMemoryError as e:
         epoch = _current_epoch(trial)
         trial = None  # drop the model, optimizer and batches before freeing the cache

@@ -25,6 +25,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--address", default=None, help="Ray address to join (default: RAY_ADDRESS, else a local Ray)")
     r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a setting: train.lr=0.1, budget.num_samples=4, or a bare training setting")
+    r.add_argument("--allow-no-auth", action="store_true",
+                   help="start a local Ray even though RAY_AUTH_MODE=disabled is set (not recommended)")
     v = sub.add_parser("validate", help="report every problem in an experiment file; exit 1 if any")
     v.add_argument("file")
     v.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
@@ -34,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     re_ = sub.add_parser("resume", help="continue an interrupted experiment from its checkpoints")
     re_.add_argument("exp_dir")
     re_.add_argument("--address", default=None)
+    re_.add_argument("--allow-no-auth", action="store_true", help="as for run")
     e = sub.add_parser("export", help="best config, checkpoint, weights, torch.export and TorchScript models")
     e.add_argument("exp_dir")
     e.add_argument("--out", required=True, help="folder to write (must be empty unless --force)")

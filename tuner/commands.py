@@ -9,6 +9,7 @@ from typing import Any
 
 from trainables.checkpoint import CheckpointError
 from trainables.config import ConfigError
+from trainables.preflight import PreflightError
 
 from .config import ExperimentError
 
@@ -26,7 +27,7 @@ def run_verb(args) -> int:
     except ExperimentError as e:
         _err(str(e))
         return 2
-    except (ConfigError, CheckpointError, ClusterError, FileNotFoundError) as e:
+    except (ConfigError, CheckpointError, ClusterError, PreflightError, FileNotFoundError) as e:
         _err(str(e))
         return 2
     except KeyboardInterrupt:
@@ -46,7 +47,7 @@ def cmd_run(args) -> int:
     from .config import load
     from .run import run_experiment
     exp = load(args.file, args.set)  # validation first: nothing starts on error
-    summary = run_experiment(exp, args.address)
+    summary = run_experiment(exp, args.address, allow_no_auth=args.allow_no_auth)
     _print_summary(summary)
     return 0
 
@@ -65,7 +66,7 @@ def _print_summary(summary: dict[str, Any]) -> None:
 
 def cmd_resume(args) -> int:
     from .run import resume_experiment
-    _print_summary(resume_experiment(args.exp_dir, args.address))
+    _print_summary(resume_experiment(args.exp_dir, args.address, allow_no_auth=args.allow_no_auth))
     return 0
 
 

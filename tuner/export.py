@@ -77,7 +77,7 @@ def export(exp_dir: str | Path, out: str | Path, rule: str | None = None, force:
     (out / "best_config.yaml").write_text(
         f"# Best trial {row.trial_id} of {exp.name}; re-run with: python -m tuner train {out / 'best_config.yaml'}\n"
         + yaml.safe_dump(best_cfg, sort_keys=False))
-    shutil.copyfile(Path(row.checkpoint) / ckpt_io.FILENAME, out / "checkpoint.pt")
+    ckpt_io.copy(Path(row.checkpoint) / ckpt_io.FILENAME, out / "checkpoint.pt")
     torch.save(model.state_dict(), out / "model.pt")
     batch = ({0: torch.export.Dim.DYNAMIC},)  # any batch size, not just the example's
     torch.export.save(torch.export.export(model, (example,), dynamic_shapes=batch), out / "model.pt2")

@@ -4,11 +4,13 @@ from __future__ import annotations
 import json
 import math
 import os
+import stat
 from pathlib import Path
 from typing import Any, Callable
 
 import yaml
 
+from trainables.preflight import check_folders
 from trainables.trainable import make_trainable, trial_resources
 
 from .config import Experiment, ExperimentError
@@ -26,12 +28,19 @@ class ClusterError(RuntimeError):
     """The cluster cannot run the experiment (too small, unreachable)."""
 
 
-def connect(address: str | None, exp: Experiment, echo: Callable[[str], None] = print) -> None:
+def connect(address: str | None, exp: Experiment, echo: Callable[[str], None] = print,
+            allow_no_auth: bool = False) -> None:
     """Join `address` / RAY_ADDRESS, or start an embedded local Ray with its dashboard on
-    127.0.0.1 (token authentication stays on)."""
+    127.0.0.1 (token authentication stays on; refused when the environment turns it off,
+    unless the user says so)."""
     import ray
     if ray.is_initialized():
         return
+    local = not (address or os.environ.get("RAY_ADDRESS"))
+    if local and os.environ.get("RAY_AUTH_MODE", "").strip().lower() == "disabled" and not allow_no_auth:
+        raise ClusterError("RAY_AUTH_MODE=disabled in the environment would start a local Ray whose dashboard, "
+                           "jobs API and ports answer anyone who can reach them; unset it (token authentication "
+                           "is the default) or pass --allow-no-auth to accept that")
     for k, v in TRAIN_ENV.items():
         os.environ.setdefault(k, v)
     runtime_env = {"env_vars": {k: os.environ[k] for k in TRAIN_ENV}}
@@ -58,6 +67,11 @@ def connect(address: str | None, exp: Experiment, echo: Callable[[str], None] = 
         token = Path.home() / ".ray" / "auth_token"
         hint = f" (token: {token})" if token.exists() else ""
         echo(f"Ray dashboard: http://{url}{hint}")
+
+
+def preflight(exp: Experiment) -> None:
+    """The folders the run writes are usable: checked before Ray starts or a folder is made."""
+    check_folders({"storage_path": exp.exp_dir.parent, "train.cache_dir": exp.base_config()["cache_dir"]})
 
 
 def fitting_concurrency(exp: Experiment, cluster: dict[str, float]) -> int:
@@ -120,11 +134,37 @@ def _save_experiment(exp: Experiment) -> None:
     (exp.exp_dir / EXPERIMENT_FILE).write_text(yaml.safe_dump(data, sort_keys=False))
 
 
+# Files of an experiment folder that resume/status/export unpickle or trust (Tune's and the
+# searcher's state), besides the folder itself.
+STATE_GLOBS = (EXPERIMENT_FILE, "experiment_state-*.json", "*.pkl", "*/params.pkl")
+
+
+def untrusted(exp_dir: Path) -> list[str]:
+    """State that someone else could have written: owned by another user, or writable by
+    group or others.  Such a folder is refused before anything in it is unpickled."""
+    me = os.getuid()
+    out = []
+    for p in [exp_dir, *(f for g in STATE_GLOBS for f in sorted(exp_dir.glob(g)))]:
+        st = p.lstat()
+        if p.is_symlink():
+            out.append(f"{p} is a symbolic link")
+        elif st.st_uid != me:
+            out.append(f"{p} is owned by uid {st.st_uid}, not by you (uid {me})")
+        elif st.st_mode & 0o022:
+            out.append(f"{p} is writable by group or others (mode {stat.filemode(st.st_mode)})")
+    return out
+
+
 def load_saved(exp_dir: str | Path) -> Experiment:
     path = Path(exp_dir) / EXPERIMENT_FILE
     if not path.is_file():
         raise ExperimentError(str(exp_dir), [f"not an experiment folder: {path} is missing "
                                              "(give the folder that `tuner run` printed)"])
+    bad = untrusted(Path(exp_dir))
+    if bad:
+        raise ExperimentError(str(exp_dir), [
+            f"refused: {b}; the folder holds pickled state that runs code when read — "
+            "check who changed it, then `chmod -R go-w` it if it is yours" for b in bad])
     from .config import parse
     exp = parse(path.read_text(), str(path))
     # The folder may have moved since the run: trust where it is now.
@@ -132,14 +172,16 @@ def load_saved(exp_dir: str | Path) -> Experiment:
                                   "name": Path(exp_dir).resolve().name})
 
 
-def run_experiment(exp: Experiment, address: str | None = None, echo: Callable[[str], None] = print):
+def run_experiment(exp: Experiment, address: str | None = None, echo: Callable[[str], None] = print,
+                   allow_no_auth: bool = False):
     """Validate-then-run: refuses an existing experiment folder, checks that a trial fits."""
     import ray
     if (exp.exp_dir / EXPERIMENT_FILE).exists():
         raise ExperimentError(str(exp.exp_dir), [
             "this experiment folder exists already; `tuner resume " + str(exp.exp_dir) + "` continues it, or "
             "choose another name (--set name=NEW)"])
-    connect(address, exp, echo)
+    preflight(exp)
+    connect(address, exp, echo, allow_no_auth)
     concurrency = fitting_concurrency(exp, ray.cluster_resources())
     _save_experiment(exp)
     echo(f"experiment {exp.name}: {exp.budget.num_samples} trials, up to {concurrency} at once, "
@@ -148,11 +190,13 @@ def run_experiment(exp: Experiment, address: str | None = None, echo: Callable[[
     return summarize(exp, results)
 
 
-def resume_experiment(exp_dir: str | Path, address: str | None = None, echo: Callable[[str], None] = print):
+def resume_experiment(exp_dir: str | Path, address: str | None = None, echo: Callable[[str], None] = print,
+                      allow_no_auth: bool = False):
     import ray
     from ray import tune
     exp = load_saved(exp_dir)
-    connect(address, exp, echo)
+    preflight(exp)
+    connect(address, exp, echo, allow_no_auth)
     fitting_concurrency(exp, ray.cluster_resources())
     if not tune.Tuner.can_restore(str(exp.exp_dir)):
         raise ExperimentError(str(exp_dir), ["no Tune state to resume from in this folder"])

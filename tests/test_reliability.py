@@ -1,0 +1,114 @@
+"""Bad input and unusable folders are refused before anything starts; state that others
+could have written is not trusted.  None of these tests starts Ray: where a check could be
+skipped by mistake, the CLI is pointed at an address where nothing listens, so a missed
+refusal fails fast instead of starting a Ray."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tuner.config import ExperimentError, parse
+
+NOWHERE = "127.0.0.1:1"  # no Ray listens here
+
+SPEC = """
+name: rel
+storage_path: {storage}
+budget: {{num_samples: 2, max_epochs: 2}}
+train: {{dataset: digits, cache_dir: {cache}}}
+search:
+  lr: {{type: loguniform, low: 1.0e-2, high: 0.1}}
+"""
+
+
+def _cli(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "tuner", *args], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **(env or {})})
+
+
+BAD_YAML = {
+    "unknown key": "name: rel\nstorage_path: {storage}\nbudgett: {{num_samples: 2}}\n",
+    "out of range": "name: rel\nstorage_path: {storage}\ntrain: {{dropout: 1.5}}\n",
+    "python tag": "name: rel\nstorage_path: {storage}\ntrain: !!python/object/apply:os.system ['true']\n",
+    "duplicate key": "name: rel\nstorage_path: {storage}\nname: other\n",
+    "syntax": "name: rel\nstorage_path: {storage}\ntrain: {{lr: 0.1\n",
+    "yes/off boolean": "name: rel\nstorage_path: {storage}\ntrain: {{augment: off}}\n",
+}
+
+
+@pytest.mark.parametrize("case", BAD_YAML, ids=list(BAD_YAML))
+def test_bad_yaml_is_refused_with_no_ray_and_no_folder(case, tmp_path):
+    spec = tmp_path / "bad.yaml"
+    spec.write_text(BAD_YAML[case].format(storage=tmp_path / "runs"))
+    r = _cli("run", str(spec), "--address", NOWHERE)
+    assert r.returncode == 2 and r.stderr.startswith("error: ") and "Traceback" not in r.stderr, r.stderr
+    assert "connect" not in r.stderr and "Ray" not in r.stdout, (r.stdout, r.stderr)
+    assert not (tmp_path / "runs").exists()
+
+
+def test_storage_path_blocked_by_a_file_is_refused_before_ray(tmp_path):
+    (tmp_path / "runs").write_text("a file where the storage folder must be")
+    spec = tmp_path / "e.yaml"
+    spec.write_text(SPEC.format(storage=tmp_path / "runs" / "sub", cache=tmp_path / "cache"))
+    r = _cli("run", str(spec), "--address", NOWHERE)
+    assert r.returncode == 2 and "storage_path" in r.stderr and "is a file" in r.stderr, r.stderr
+    assert "cannot connect" not in r.stderr and r.stderr.count("\n  - ") == 1
+    assert (tmp_path / "runs").read_text().startswith("a file")   # nothing overwritten
+
+
+def test_cache_dir_blocked_by_a_file_is_refused_before_ray(tmp_path):
+    (tmp_path / "cache").write_text("x")
+    spec = tmp_path / "e.yaml"
+    spec.write_text(SPEC.format(storage=tmp_path / "runs", cache=tmp_path / "cache"))
+    r = _cli("run", str(spec), "--address", NOWHERE)
+    assert r.returncode == 2 and "train.cache_dir" in r.stderr and "is a file" in r.stderr, r.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def test_low_free_space_is_refused_before_ray_and_before_any_folder(tmp_path, monkeypatch):
+    from trainables import preflight
+    from tuner import run as run_mod
+    monkeypatch.setattr(preflight, "free_bytes", lambda path: 10 << 20)   # 10 MiB left
+
+    def no_ray(*a, **k):
+        raise AssertionError("Ray must not be started")
+    monkeypatch.setattr(run_mod, "connect", no_ray)
+    exp = parse(SPEC.format(storage=tmp_path / "runs", cache=tmp_path / "cache"))
+    with pytest.raises(preflight.PreflightError, match=r"10 MiB free, below the 1024 MiB"):
+        run_mod.run_experiment(exp, echo=lambda s: None)
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_local_ray_without_authentication_is_refused_unless_asked(tmp_path):
+    spec = tmp_path / "e.yaml"
+    spec.write_text(SPEC.format(storage=tmp_path / "runs", cache=tmp_path / "cache"))
+    env = {"RAY_AUTH_MODE": "disabled", "RAY_ADDRESS": ""}
+    r = _cli("run", str(spec), env=env)
+    assert r.returncode == 2 and "RAY_AUTH_MODE=disabled" in r.stderr and "--allow-no-auth" in r.stderr, r.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def _fake_experiment(tmp_path) -> Path:
+    exp_dir = tmp_path / "runs" / "rel"
+    exp_dir.mkdir(parents=True)
+    (exp_dir / "tuner-experiment.yaml").write_text("name: rel\n")
+    (exp_dir / "searcher-state-0.pkl").write_bytes(b"not read")
+    return exp_dir
+
+
+@pytest.mark.parametrize("target", [".", "searcher-state-0.pkl"])
+def test_state_writable_by_others_is_refused_before_it_is_read(tmp_path, target):
+    from tuner.run import load_saved
+    exp_dir = _fake_experiment(tmp_path)
+    (exp_dir / target).chmod(0o777 if target == "." else 0o666)
+    with pytest.raises(ExperimentError, match="writable by group or others"):
+        load_saved(exp_dir)
+    for verb in ("status", "export", "resume"):
+        r = _cli(verb, str(exp_dir), *(["--out", str(tmp_path / "o")] if verb == "export" else []),
+                 *(["--address", NOWHERE] if verb == "resume" else []))
+        assert r.returncode == 2 and "refused" in r.stderr and "Traceback" not in r.stderr, (verb, r.stderr)
+    (exp_dir / target).chmod(0o755 if target == "." else 0o644)
+    assert load_saved(exp_dir).name == "rel"
