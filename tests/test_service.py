@@ -248,3 +248,40 @@ def test_resumed_ddp_trial_continues_from_its_train_run(ray_address, tmp_path):
     # resume continue where the Train run's last checkpoint left off, never at epoch 1.
     resumed = after[len(before):] if after[: len(before)] == before else after
     assert resumed and resumed[0] > 1 and resumed == sorted(set(resumed)) and resumed[-1] == 20, (before, after)
+    # The Train run keeps its latest two checkpoints, not one per epoch.
+    kept = sorted(p.parent.name for p in (exp_dir / "train-runs").glob("train-*/checkpoint_*/checkpoint.pt"))
+    assert 1 <= len(kept) <= 2, kept
+
+
+ALL_DIVERGE_DDP = """
+name: all-diverge
+storage_path: {storage}
+seed: 2
+budget: {{num_samples: 5, max_epochs: 2, grace_epochs: 2, max_concurrent_trials: 1}}
+resources: {{workers: 2, cpus_per_worker: 1}}
+train: {{dataset: digits, cache_dir: {cache}, model: convnet, width: 0.5, micro_batch_size: 32, flip: false,
+         crop_padding: 1, inject_fault: nan_loss, max_nonfinite_steps: 2}}
+search:
+  lr: {{type: loguniform, low: 1.0e-2, high: 0.1}}
+"""
+
+
+@pytest.mark.timeout(600)
+def test_five_diverging_ddp_trials_end_diverged_without_a_rank_aborting_and_export_refuses(ray_address, tmp_path):
+    spec = tmp_path / "diverge.yaml"
+    spec.write_text(ALL_DIVERGE_DDP.format(storage=tmp_path / "runs", cache=tmp_path / "cache"))
+    r = _cli("run", str(spec), "--address", ray_address, timeout=540)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    exp_dir = tmp_path / "runs" / "all-diverge"
+    from tuner.results import trials
+    from tuner.run import load_saved
+    rows = trials(load_saved(exp_dir))
+    assert len(rows) == 5 and all(row.state == "TERMINATED" and row.status == "diverged" for row in rows), \
+        [(row.trial_id, row.state, row.status) for row in rows]
+    # One report per trial: a rank that aborted would have made Ray Train restart the workers.
+    assert all(eps == [1] for eps in _epochs_by_trial(exp_dir).values()), _epochs_by_trial(exp_dir)
+    assert not json.loads((exp_dir / "summary.json").read_text())["errors"]
+    st = _cli("status", str(exp_dir), "--json")
+    assert all("non-finite loss" in t["reason"] for t in json.loads(st.stdout)["trials"]), st.stdout
+    e = _cli("export", str(exp_dir), "--out", str(tmp_path / "best"))
+    assert e.returncode == 2 and "no trial finished an epoch with status ok" in e.stderr, e.stderr

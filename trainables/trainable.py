@@ -58,6 +58,9 @@ def _fit_ddp(config: dict[str, Any], workers: int, cpus: float, gpus: float, sto
         scaling_config=ray.train.ScalingConfig(num_workers=workers, use_gpu=use_gpu, resources_per_worker=resources),
         run_config=ray.train.RunConfig(
             name=name, storage_path=storage, callbacks=[TuneReportCallback()],
+            # Train keeps every checkpoint unless told: the latest two are enough to resume,
+            # even if the newest were lost.
+            checkpoint_config=ray.train.CheckpointConfig(num_to_keep=2),
             failure_config=ray.train.FailureConfig(max_failures=worker_failures,
                                                    controller_failure_limit=controller_failure_limit)),
     )

@@ -83,6 +83,7 @@ def cmd_status(args) -> int:
         print(json.dumps({"experiment": exp.name, "metric": exp.metric, "mode": exp.mode,
                           "best": best.trial_id if best else None,
                           "trials": [{"trial_id": r.trial_id, "state": r.state, "status": r.status, "epoch": r.epoch,
+                                      "reason": r.metrics.get("reason"),
                                       exp.metric: r.metrics.get(exp.metric), "params": r.params} for r in rows]},
                          default=str, indent=1))
         return 0
@@ -93,6 +94,8 @@ def cmd_status(args) -> int:
         vs = f"{v:10.4f}" if isinstance(v, (int, float)) else f"{'-':>10s}"
         mark = " *" if best and r.trial_id == best.trial_id else ""
         print(f"{r.trial_id:12s} {r.state:11s} {r.status or '-':10s} {r.epoch:5d} {vs}  {r.params}{mark}")
+        if r.status not in ("", "ok") and r.metrics.get("reason"):
+            print(f"{'':12s} reason: {r.metrics['reason']}")
     if best:
         print(f"best (*): {best.trial_id} {exp.metric}={best.metrics.get(exp.metric):.4f}")
     return 0
