@@ -33,5 +33,6 @@ def ray_address(tmp_path_factory):
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
     ctx = ray.init(address="local", num_cpus=4, include_dashboard=True, dashboard_host="127.0.0.1",
                    log_to_driver=False, runtime_env={"env_vars": {"RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.2"}})
+    os.environ["TUNER_TEST_DASHBOARD_URL"] = ctx.dashboard_url or ""  # for the network-exposure test
     yield ctx.address_info["address"]
     ray.shutdown()

@@ -112,3 +112,28 @@ def test_state_writable_by_others_is_refused_before_it_is_read(tmp_path, target)
         assert r.returncode == 2 and "refused" in r.stderr and "Traceback" not in r.stderr, (verb, r.stderr)
     (exp_dir / target).chmod(0o755 if target == "." else 0o644)
     assert load_saved(exp_dir).name == "rel"
+
+
+@pytest.mark.integration
+def test_the_dashboard_and_jobs_api_refuse_requests_without_the_token(ray_address):
+    import urllib.error
+    import urllib.request
+    url = os.environ.get("TUNER_TEST_DASHBOARD_URL")
+    if not url:
+        pytest.skip("the session's Ray has no dashboard")
+    token_file = Path.home() / ".ray" / "auth_token"
+    assert token_file.is_file(), "a new local Ray writes its token here (token authentication is on by default)"
+
+    def get(path, token=None):
+        req = urllib.request.Request(f"http://{url}{path}",
+                                     headers={"Authorization": f"Bearer {token}"} if token else {})
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                return r.status
+        except urllib.error.HTTPError as e:
+            return e.code
+    for path in ("/api/jobs/", "/api/v0/actors"):
+        assert get(path) == 401, path
+        assert get(path, "not-the-token") in (401, 403), path
+        assert get(path, token_file.read_text().strip()) == 200, path
+    assert url.startswith("127.0.0.1:")          # the dashboard listens on loopback only
