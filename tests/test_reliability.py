@@ -137,3 +137,14 @@ def test_the_dashboard_and_jobs_api_refuse_requests_without_the_token(ray_addres
         assert get(path, "not-the-token") in (401, 403), path
         assert get(path, token_file.read_text().strip()) == 200, path
     assert url.startswith("127.0.0.1:")          # the dashboard listens on loopback only
+
+
+def test_group_writable_state_is_trusted_only_for_the_users_private_group(tmp_path):
+    from tuner.run import _private_group, load_saved
+    exp_dir = _fake_experiment(tmp_path)
+    exp_dir.chmod(0o775)                      # what umask 002 gives
+    if _private_group(exp_dir.stat().st_gid):
+        assert load_saved(exp_dir).name == "rel"
+    else:
+        with pytest.raises(ExperimentError, match="writable by group or others"):
+            load_saved(exp_dir)

@@ -150,9 +150,20 @@ def untrusted(exp_dir: Path) -> list[str]:
             out.append(f"{p} is a symbolic link")
         elif st.st_uid != me:
             out.append(f"{p} is owned by uid {st.st_uid}, not by you (uid {me})")
-        elif st.st_mode & 0o022:
+        elif st.st_mode & 0o002 or (st.st_mode & 0o020 and not _private_group(st.st_gid)):
             out.append(f"{p} is writable by group or others (mode {stat.filemode(st.st_mode)})")
     return out
+
+
+def _private_group(gid: int) -> bool:
+    """A group only this user is in (a user-private group, as umask 002 systems use)."""
+    import grp
+    import pwd
+    try:
+        g, me = grp.getgrgid(gid), pwd.getpwuid(os.getuid())
+    except KeyError:
+        return False
+    return gid == me.pw_gid and g.gr_name == me.pw_name and set(g.gr_mem) <= {me.pw_name}
 
 
 def load_saved(exp_dir: str | Path) -> Experiment:
