@@ -285,3 +285,50 @@ def test_five_diverging_ddp_trials_end_diverged_without_a_rank_aborting_and_expo
     assert all("non-finite loss" in t["reason"] for t in json.loads(st.stdout)["trials"]), st.stdout
     e = _cli("export", str(exp_dir), "--out", str(tmp_path / "best"))
     assert e.returncode == 2 and "no trial finished an epoch with status ok" in e.stderr, e.stderr
+
+
+KILLABLE = """
+name: killable
+storage_path: {storage}
+seed: 3
+budget: {{num_samples: 1, max_epochs: 6, grace_epochs: 6}}
+resources: {{workers: 1, cpus_per_worker: 1}}
+train: {{dataset: digits, cache_dir: {cache}, model: convnet, width: 1.0, micro_batch_size: 16, flip: false,
+         crop_padding: 1}}
+search:
+  lr: {{type: loguniform, low: 1.0e-2, high: 0.1}}
+"""
+
+
+@pytest.mark.timeout(600)
+def test_a_killed_trial_actor_is_retried_from_its_checkpoint(ray_address, tmp_path):
+    spec = tmp_path / "killable.yaml"
+    spec.write_text(KILLABLE.format(storage=tmp_path / "runs", cache=tmp_path / "cache"))
+    exp_dir = tmp_path / "runs" / "killable"
+    proc = subprocess.Popen([sys.executable, "-m", "tuner", "run", str(spec), "--address", ray_address],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline, killed_at = time.time() + 300, None
+        while time.time() < deadline and proc.poll() is None and killed_at is None:
+            for f in exp_dir.glob("*/result.json"):
+                rows = [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
+                if rows and 2 <= rows[-1]["epoch"] < 6:
+                    killed_at, killed_pid = rows[-1]["epoch"], rows[-1]["pid"]
+                    os.kill(killed_pid, signal.SIGKILL)   # the trial's own actor process
+            time.sleep(0.2)
+        out, _ = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert killed_at and proc.returncode == 0, out[-3000:]
+    (f,) = exp_dir.glob("*/result.json")
+    rows = [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
+    retried = [r["epoch"] for r in rows if r["pid"] != killed_pid]
+    # A new process took the trial over and went on from its latest checkpoint (every epoch
+    # writes one), never from epoch 1.
+    assert retried and retried[0] > 1 and retried[-1] == 6 and retried == sorted(retried), \
+        (killed_at, [(r["epoch"], r["pid"]) for r in rows])
+    from tuner.results import trials
+    from tuner.run import load_saved
+    (row,) = trials(load_saved(exp_dir))
+    assert row.state == "TERMINATED" and row.status == "ok", (row.state, row.status)
