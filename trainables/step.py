@@ -108,7 +108,7 @@ class TrainStep:
             oom, pending = e, None
         # The ranks agree before the backward that all-reduces gradients: a rank that ran out
         # of memory or saw a non-finite loss must not leave the others waiting in that collective.
-        mean_loss = float(loss_sum) / total  # the step's one host read (two under DDP, with the agreement)
+        mean_loss = float(loss_sum) / total  # read once: the agreement and the result both use it
         nonfinite, oom_ranks = self._agree(not math.isfinite(mean_loss), oom is not None)
         if oom_ranks:
             self.optimizer.zero_grad(set_to_none=True)
