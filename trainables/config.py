@@ -103,7 +103,7 @@ class OptimConfig:
     weight_decay: float = bounded(5e-4, ge=0, le=1)       # L2 (sgd) or decoupled (adamw)
     scheduler: str = "cosine"        # none | cosine | onecycle | plateau
     warmup_epochs: float = bounded(0.0, ge=0)       # linear warmup, in epochs (cosine / none)
-    label_smoothing: float = bounded(0.0, ge=0, le=0.3)     # in [0, 0.3]
+    label_smoothing: float = bounded(0.0, ge=0, le=0.3)     # epsilon of label-smoothed cross-entropy
 
 
 @dataclass
@@ -120,7 +120,7 @@ class StepConfig:
 
 @dataclass
 class PruneConfig:
-    prune_amount: float = bounded(0.0, ge=0, le=0.95)        # final sparsity of conv/linear weights, in [0, 0.95]
+    prune_amount: float = bounded(0.0, ge=0, le=0.95)        # final sparsity of conv/linear weights
     prune_scope: str = "global"      # global | layer (L1 unstructured)
     prune_start_epoch: int = bounded(1, ge=1)       # first epoch after which weights are pruned
     prune_end_epoch: int = bounded(0, ge=0)         # last pruning epoch (spread linearly); 0 = start only
