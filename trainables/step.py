@@ -57,6 +57,10 @@ class TrainStep:
         # Under DDP every rank must agree to skip a step (or to give up), or the ranks drift
         # apart and the one that stops first leaves the others waiting in a collective.
         self.distributed = isinstance(model, nn.parallel.DistributedDataParallel)
+        # One buffer for the agreement, alive as long as the step: a gloo thread then never
+        # holds the last reference to it.  Releasing a Python-owned tensor needs the GIL, and a
+        # gloo thread that asks for it while the interpreter exits aborts the whole process.
+        self._flags = torch.zeros(2, device=device)
 
     def to_device(self, x: torch.Tensor) -> torch.Tensor:
         if x.device != self.device:
@@ -108,8 +112,7 @@ class TrainStep:
             oom, pending = e, None
         # The ranks agree before the backward that all-reduces gradients: a rank that ran out
         # of memory or saw a non-finite loss must not leave the others waiting in that collective.
-        mean_loss = float(loss_sum) / total  # read once: the agreement and the result both use it
-        nonfinite, oom_ranks = self._agree(not math.isfinite(mean_loss), oom is not None)
+        nonfinite, oom_ranks = self._agree(loss_sum, oom is not None)
         if oom_ranks:
             self.optimizer.zero_grad(set_to_none=True)
             raise oom or torch.OutOfMemoryError(
@@ -119,13 +122,15 @@ class TrainStep:
         pending.backward()
         self.nonfinite_in_a_row = 0
         applied, grad_norm = self._apply()
-        return StepResult(mean_loss, total, int(correct), grad_norm, applied)
+        return StepResult(float(loss_sum) / total, total, int(correct), grad_norm, applied)
 
-    def _agree(self, nonfinite: bool, oom: bool) -> tuple[bool, int]:
+    def _agree(self, loss_sum: torch.Tensor, oom: bool) -> tuple[bool, int]:
         """(any rank saw a non-finite loss, how many ranks ran out of memory): one all-reduce."""
         if not self.distributed:
-            return nonfinite, 0
-        flags = torch.tensor([float(nonfinite), float(oom)], device=self.device)
+            return not math.isfinite(float(loss_sum)), 0
+        flags = self._flags
+        flags[0] = (~torch.isfinite(loss_sum)).float()
+        flags[1] = float(oom)
         dist.all_reduce(flags)
         nonfinite, ooms = flags.tolist()
         return nonfinite > 0, int(ooms)
