@@ -163,44 +163,30 @@ search:
 """
 
 
-def _results_by_trial(exp_dir: Path) -> dict[str, list[dict]]:
+def _epochs_by_trial(exp_dir: Path) -> dict[str, list[int]]:
     out = {}
     for f in exp_dir.glob("*/result.json"):
-        out[f.parent.name] = [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
+        lines = [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
+        out[f.parent.name] = [r["epoch"] for r in lines]
     return out
 
 
-def _epochs_by_trial(exp_dir: Path) -> dict[str, list[int]]:
-    return {name: [r["epoch"] for r in rows] for name, rows in _results_by_trial(exp_dir).items()}
-
-
-def _run_until(spec: Path, ray_address: str, exp_dir: Path, act, *args: str, wait_s: float = 300,
-               finish_s: float = 300) -> tuple:
-    """`tuner run` in a subprocess; act(results by trial, process) is called as results come in
-    until it returns True (it has acted); the run then has finish_s to end.  (exit code, output)"""
-    proc = subprocess.Popen([sys.executable, "-m", "tuner", "run", str(spec), "--address", ray_address, *args],
+def _run_then_interrupt(spec: Path, ray_address: str, exp_dir: Path, ready, wait_s: float = 300) -> str:
+    """`tuner run` in a subprocess, Ctrl-C once ready(epochs by trial) holds; its output."""
+    proc = subprocess.Popen([sys.executable, "-m", "tuner", "run", str(spec), "--address", ray_address],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         deadline = time.time() + wait_s
         while time.time() < deadline and proc.poll() is None:
-            if exp_dir.exists() and act(_results_by_trial(exp_dir), proc):
+            if exp_dir.exists() and ready(_epochs_by_trial(exp_dir)):
                 break
             time.sleep(0.2)
-        out, _ = proc.communicate(timeout=finish_s)
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
-    return proc.returncode, out
-
-
-def _run_then_interrupt(spec: Path, ray_address: str, exp_dir: Path, ready) -> str:
-    """`tuner run` in a subprocess, Ctrl-C once ready(epochs by trial) holds; its output."""
-    def interrupt(results, proc) -> bool:
-        if ready({name: [r["epoch"] for r in rows] for name, rows in results.items()}):
-            proc.send_signal(signal.SIGINT)
-            return True
-        return False
-    return _run_until(spec, ray_address, exp_dir, interrupt, finish_s=120)[1]  # Ctrl-C ends it within 120 s
+    return out
 
 
 @pytest.mark.timeout(600)
@@ -301,29 +287,47 @@ def test_five_diverging_ddp_trials_end_diverged_without_a_rank_aborting_and_expo
     assert e.returncode == 2 and "no trial finished an epoch with status ok" in e.stderr, e.stderr
 
 
+KILLABLE = """
+name: killable
+storage_path: {storage}
+seed: 3
+budget: {{num_samples: 1, max_epochs: 6, grace_epochs: 6}}
+resources: {{workers: 1, cpus_per_worker: 1}}
+train: {{dataset: digits, cache_dir: {cache}, model: convnet, width: 1.0, micro_batch_size: 16, flip: false,
+         crop_padding: 1}}
+search:
+  lr: {{type: loguniform, low: 1.0e-2, high: 0.1}}
+"""
+
+
 @pytest.mark.timeout(600)
 def test_a_killed_trial_actor_is_retried_from_its_checkpoint(ray_address, tmp_path):
     spec = tmp_path / "killable.yaml"
-    spec.write_text(RESUMABLE.format(storage=tmp_path / "runs", cache=tmp_path / "cache"))
+    spec.write_text(KILLABLE.format(storage=tmp_path / "runs", cache=tmp_path / "cache"))
     exp_dir = tmp_path / "runs" / "killable"
-    killed = {}
-
-    def kill(results, proc) -> bool:
-        for rows in results.values():
-            if rows and 2 <= rows[-1]["epoch"] < 6:
-                killed.update(epoch=rows[-1]["epoch"], pid=rows[-1]["pid"])
-                os.kill(killed["pid"], signal.SIGKILL)   # the trial's own actor process
-                return True
-        return False
-    code, out = _run_until(spec, ray_address, exp_dir, kill, "--set", "name=killable",
-                           "--set", "budget.num_samples=1")
-    assert killed and code == 0, out[-3000:]
-    (rows,) = _results_by_trial(exp_dir).values()
-    retried = [r["epoch"] for r in rows if r["pid"] != killed["pid"]]
+    proc = subprocess.Popen([sys.executable, "-m", "tuner", "run", str(spec), "--address", ray_address],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline, killed_at = time.time() + 300, None
+        while time.time() < deadline and proc.poll() is None and killed_at is None:
+            for f in exp_dir.glob("*/result.json"):
+                rows = [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
+                if rows and 2 <= rows[-1]["epoch"] < 6:
+                    killed_at, killed_pid = rows[-1]["epoch"], rows[-1]["pid"]
+                    os.kill(killed_pid, signal.SIGKILL)   # the trial's own actor process
+            time.sleep(0.2)
+        out, _ = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert killed_at and proc.returncode == 0, out[-3000:]
+    (f,) = exp_dir.glob("*/result.json")
+    rows = [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
+    retried = [r["epoch"] for r in rows if r["pid"] != killed_pid]
     # A new process took the trial over and went on from its latest checkpoint (every epoch
     # writes one), never from epoch 1.
     assert retried and retried[0] > 1 and retried[-1] == 6 and retried == sorted(retried), \
-        (killed, [(r["epoch"], r["pid"]) for r in rows])
+        (killed_at, [(r["epoch"], r["pid"]) for r in rows])
     from tuner.results import trials
     from tuner.run import load_saved
     (row,) = trials(load_saved(exp_dir))
