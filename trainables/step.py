@@ -57,9 +57,8 @@ class TrainStep:
         # Under DDP every rank must agree to skip a step (or to give up), or the ranks drift
         # apart and the one that stops first leaves the others waiting in a collective.
         self.distributed = isinstance(model, nn.parallel.DistributedDataParallel)
-        # One buffer for the agreement, alive as long as the step: a gloo thread then never
-        # holds the last reference to it.  Releasing a Python-owned tensor needs the GIL, and a
-        # gloo thread that asks for it while the interpreter exits aborts the whole process.
+        # One buffer for the agreement, reused every step (see RELIABILITY.md for the gloo
+        # abort at exit: keeping this tensor alive is not what prevents it).
         self._flags = torch.zeros(2, device=device)
 
     def to_device(self, x: torch.Tensor) -> torch.Tensor:
