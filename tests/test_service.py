@@ -157,50 +157,80 @@ seed: 1
 budget: {{num_samples: 4, max_epochs: 6, grace_epochs: 6, max_concurrent_trials: 1}}
 resources: {{workers: 1, cpus_per_worker: 1}}
 train: {{dataset: digits, cache_dir: {cache}, model: convnet, width: 1.0, micro_batch_size: 16, flip: false,
-         crop_padding: 1}}
+         crop_padding: 1, fault_dir: {faults}}}
 search:
   lr: {{type: loguniform, low: 1.0e-2, high: 0.1}}
 """
 
 
+def _write_spec(tmp_path: Path, template: str, hold_epoch: int | None = None) -> tuple[Path, Path]:
+    """The spec (with storage, cache and fault folder filled in) and its fault folder; with
+    hold_epoch, every trial pauses before that epoch until the test removes `hold`."""
+    faults = tmp_path / "faults"
+    faults.mkdir()
+    if hold_epoch:
+        (faults / "hold").write_text(str(hold_epoch))
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(template.format(storage=tmp_path / "runs", cache=tmp_path / "cache", faults=faults))
+    return spec, faults
+
+
+def _rows_by_trial(exp_dir: Path) -> dict[str, list[dict]]:
+    return {f.parent.name: [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
+            for f in exp_dir.glob("*/result.json")}
+
+
 def _epochs_by_trial(exp_dir: Path) -> dict[str, list[int]]:
-    out = {}
-    for f in exp_dir.glob("*/result.json"):
-        lines = [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
-        out[f.parent.name] = [r["epoch"] for r in lines]
-    return out
+    return {name: [r["epoch"] for r in rows] for name, rows in _rows_by_trial(exp_dir).items()}
 
 
-def _run_then_interrupt(spec: Path, ray_address: str, exp_dir: Path, ready, wait_s: float = 300) -> str:
-    """`tuner run` in a subprocess, Ctrl-C once ready(epochs by trial) holds; its output."""
-    proc = subprocess.Popen([sys.executable, "-m", "tuner", "run", str(spec), "--address", ray_address],
+def _start_run(spec: Path, ray_address: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "tuner", "run", str(spec), "--address", ray_address],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        deadline = time.time() + wait_s
-        while time.time() < deadline and proc.poll() is None:
-            if exp_dir.exists() and ready(_epochs_by_trial(exp_dir)):
-                break
-            time.sleep(0.2)
-        proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    return out
+
+
+def _wait_until(proc: subprocess.Popen, ready, wait_s: float = 300):
+    """Poll ready() until it returns something truthy (returned); fails if `proc` ends first."""
+    deadline = time.time() + wait_s
+    while time.time() < deadline:
+        got = ready()
+        if got:
+            return got
+        if proc.poll() is not None:
+            pytest.fail(f"`tuner run` ended (rc {proc.returncode}) before the awaited state:\n"
+                        + proc.stdout.read()[-3000:])
+        time.sleep(0.2)
+    pytest.fail(f"the awaited state did not come within {wait_s} s")
+
+
+def _interrupt(proc: subprocess.Popen) -> tuple[str, float]:
+    """Ctrl-C; the run's output and the seconds it took to stop."""
+    t0 = time.time()
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=120)
+    return out, time.time() - t0
+
+
+def _held_at(exp_dir: Path, epoch: int):
+    """A trial that reported `epoch` - 1 epochs and now waits (fault_dir hold) before `epoch`."""
+    return lambda: any(e == list(range(1, epoch)) for e in _epochs_by_trial(exp_dir).values())
 
 
 @pytest.mark.timeout(600)
 def test_resume_after_interrupt_finishes_every_trial_without_restarting(ray_address, tmp_path):
-    spec = tmp_path / "resumable.yaml"
-    spec.write_text(RESUMABLE.format(storage=tmp_path / "runs", cache=tmp_path / "cache"))
+    spec, faults = _write_spec(tmp_path, RESUMABLE, hold_epoch=3)
     exp_dir = tmp_path / "runs" / "resumable"
-    # Interrupt once the second trial is part-way through (it has a checkpoint to resume from).
-    out = _run_then_interrupt(spec, ray_address, exp_dir,
-                              lambda ep: len(ep) >= 2 and any(e and 2 <= e[-1] < 6 for e in ep.values()))
+    proc = _start_run(spec, ray_address)
+    try:
+        _wait_until(proc, _held_at(exp_dir, 3))  # the first trial has two epochs and checkpoints
+        out, took = _interrupt(proc)
+    finally:
+        proc.kill()
     before = _epochs_by_trial(exp_dir)
-    unfinished = {k: v for k, v in before.items() if v and v[-1] < 6}
-    assert unfinished, (before, out[-2000:])
+    assert list(before.values()) == [[1, 2]], (before, out[-2000:])
+    assert took < 60 and proc.returncode != 0, (took, proc.returncode)
     assert f"python -m tuner resume {exp_dir}" in out, out[-2000:]
+    (faults / "hold").unlink()
     r = _cli("resume", str(exp_dir), "--address", ray_address, timeout=400)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     after = _epochs_by_trial(exp_dir)
@@ -208,8 +238,11 @@ def test_resume_after_interrupt_finishes_every_trial_without_restarting(ray_addr
     for name, epochs in after.items():
         assert epochs == sorted(set(epochs)), (name, epochs)  # no epoch run twice: never back to epoch 1
         assert epochs[-1] == 6, (name, epochs)
-    for name, epochs in unfinished.items():
-        assert after[name][: len(epochs)] == epochs and len(after[name]) > len(epochs)
+    (name,) = before
+    assert after[name] == [1, 2, 3, 4, 5, 6], after[name]
+    from tuner.results import trials
+    from tuner.run import load_saved
+    assert sorted(row.state for row in trials(load_saved(exp_dir))) == ["TERMINATED"] * 4
 
 
 def test_run_refuses_a_trial_the_cluster_cannot_hold(ray_address, tmp_path):
@@ -224,33 +257,79 @@ DDP_RESUMABLE = """
 name: ddp-resumable
 storage_path: {storage}
 seed: 1
-budget: {{num_samples: 1, max_epochs: 20, grace_epochs: 20}}
+budget: {{num_samples: 1, max_epochs: 5, grace_epochs: 5}}
 resources: {{workers: 2, cpus_per_worker: 1}}
 train: {{dataset: digits, cache_dir: {cache}, model: convnet, width: 1.0, micro_batch_size: 16, flip: false,
-         crop_padding: 1}}
+         crop_padding: 1, fault_dir: {faults}}}
 search:
   lr: {{type: loguniform, low: 1.0e-2, high: 0.1}}
 """
 
 
+def _train_checkpoints(exp_dir: Path) -> dict[int, str]:
+    """The Train run's checkpoints on disk: epoch -> the SHA-256 of the weights saved in it."""
+    from trainables import checkpoint as ckpt_io
+    out = {}
+    for f in (exp_dir / "train-runs").glob("train-*/checkpoint_*/checkpoint.pt"):
+        try:
+            payload = ckpt_io.load(f)
+        except (ckpt_io.CheckpointError, OSError):  # being written or removed right now
+            continue
+        out[int(payload["epoch"])] = payload["weights_sha256"]
+    return out
+
+
 @pytest.mark.timeout(600)
 def test_resumed_ddp_trial_continues_from_its_train_run(ray_address, tmp_path):
-    spec = tmp_path / "ddp.yaml"
-    spec.write_text(DDP_RESUMABLE.format(storage=tmp_path / "runs", cache=tmp_path / "cache"))
+    spec, faults = _write_spec(tmp_path, DDP_RESUMABLE, hold_epoch=3)
     exp_dir = tmp_path / "runs" / "ddp-resumable"
-    out = _run_then_interrupt(spec, ray_address, exp_dir, lambda ep: any(e and 3 <= e[-1] < 20 for e in ep.values()))
+    proc = _start_run(spec, ray_address)
+    try:
+        _wait_until(proc, _held_at(exp_dir, 3))
+        out, took = _interrupt(proc)
+    finally:
+        proc.kill()
     (before,) = _epochs_by_trial(exp_dir).values()
-    assert before and before[-1] < 20, out[-2000:]
+    assert before == [1, 2] and took < 60, (before, took, out[-2000:])
+    (faults / "hold").unlink()
     r = _cli("resume", str(exp_dir), "--address", ray_address, timeout=400)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    (after,) = _epochs_by_trial(exp_dir).values()
+    (rows,) = _rows_by_trial(exp_dir).values()
     # Tune keeps or restarts the trial's result log; either way the epochs trained after the
     # resume continue where the Train run's last checkpoint left off, never at epoch 1.
-    resumed = after[len(before):] if after[: len(before)] == before else after
-    assert resumed and resumed[0] > 1 and resumed == sorted(set(resumed)) and resumed[-1] == 20, (before, after)
+    resumed = [r for r in rows if r["resumed_from_epoch"] == 2]
+    assert [r["epoch"] for r in resumed] == [3, 4, 5], [(r["epoch"], r["resumed_from_epoch"]) for r in rows]
     # The Train run keeps its latest two checkpoints, not one per epoch.
-    kept = sorted(p.parent.name for p in (exp_dir / "train-runs").glob("train-*/checkpoint_*/checkpoint.pt"))
-    assert 1 <= len(kept) <= 2, kept
+    assert sorted(_train_checkpoints(exp_dir)) == [4, 5]
+
+
+KILLED_WORKER = DDP_RESUMABLE.replace("ddp-resumable", "killed-worker").replace("max_epochs: 5, grace_epochs: 5",
+                                                                                 "max_epochs: 4, grace_epochs: 4")
+
+
+@pytest.mark.timeout(600)
+def test_a_killed_train_worker_restarts_the_group_from_the_last_checkpoint(ray_address, tmp_path):
+    spec, faults = _write_spec(tmp_path, KILLED_WORKER, hold_epoch=3)
+    exp_dir = tmp_path / "runs" / "killed-worker"
+    proc = _start_run(spec, ray_address)
+    try:
+        _wait_until(proc, _held_at(exp_dir, 3))
+        saved = _wait_until(proc, lambda: _train_checkpoints(exp_dir).get(2))
+        victim = int((faults / "rank1.pid").read_text())
+        os.kill(victim, signal.SIGKILL)  # rank 1 of the Train worker group, waiting before epoch 3
+        # The restarted group writes new pid files; only then may epoch 3 start.
+        _wait_until(proc, lambda: int((faults / "rank1.pid").read_text()) != victim)
+        (faults / "hold").unlink()
+        out, _ = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, out[-3000:]
+    (rows,) = _rows_by_trial(exp_dir).values()
+    # No epoch reported twice; the first one after the restart follows the last checkpoint, and
+    # the weights it started from are the ones that checkpoint saved.
+    assert [r["epoch"] for r in rows] == [1, 2, 3, 4], [r["epoch"] for r in rows]
+    assert rows[2]["resumed_from_epoch"] == 2 and rows[2]["restored_weights_sha256"] == saved, rows[2]
+    assert rows[1]["resumed_from_epoch"] == 0 and rows[-1]["status"] == "ok"
 
 
 ALL_DIVERGE_DDP = """
@@ -291,10 +370,10 @@ KILLABLE = """
 name: killable
 storage_path: {storage}
 seed: 3
-budget: {{num_samples: 1, max_epochs: 6, grace_epochs: 6}}
+budget: {{num_samples: 1, max_epochs: 4, grace_epochs: 4}}
 resources: {{workers: 1, cpus_per_worker: 1}}
 train: {{dataset: digits, cache_dir: {cache}, model: convnet, width: 1.0, micro_batch_size: 16, flip: false,
-         crop_padding: 1}}
+         crop_padding: 1, fault_dir: {faults}}}
 search:
   lr: {{type: loguniform, low: 1.0e-2, high: 0.1}}
 """
@@ -302,32 +381,25 @@ search:
 
 @pytest.mark.timeout(600)
 def test_a_killed_trial_actor_is_retried_from_its_checkpoint(ray_address, tmp_path):
-    spec = tmp_path / "killable.yaml"
-    spec.write_text(KILLABLE.format(storage=tmp_path / "runs", cache=tmp_path / "cache"))
+    spec, faults = _write_spec(tmp_path, KILLABLE, hold_epoch=3)
     exp_dir = tmp_path / "runs" / "killable"
-    proc = subprocess.Popen([sys.executable, "-m", "tuner", "run", str(spec), "--address", ray_address],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = _start_run(spec, ray_address)
     try:
-        deadline, killed_at = time.time() + 300, None
-        while time.time() < deadline and proc.poll() is None and killed_at is None:
-            for f in exp_dir.glob("*/result.json"):
-                rows = [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
-                if rows and 2 <= rows[-1]["epoch"] < 6:
-                    killed_at, killed_pid = rows[-1]["epoch"], rows[-1]["pid"]
-                    os.kill(killed_pid, signal.SIGKILL)   # the trial's own actor process
-            time.sleep(0.2)
+        _wait_until(proc, _held_at(exp_dir, 3))
+        (rows,) = _rows_by_trial(exp_dir).values()
+        killed_pid = rows[-1]["pid"]
+        os.kill(killed_pid, signal.SIGKILL)   # the trial's own actor process
+        (faults / "hold").unlink()
         out, _ = proc.communicate(timeout=300)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert killed_at and proc.returncode == 0, out[-3000:]
-    (f,) = exp_dir.glob("*/result.json")
-    rows = [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
-    retried = [r["epoch"] for r in rows if r["pid"] != killed_pid]
+        proc.kill()
+    assert proc.returncode == 0, out[-3000:]
+    (rows,) = _rows_by_trial(exp_dir).values()
     # A new process took the trial over and went on from its latest checkpoint (every epoch
     # writes one), never from epoch 1.
-    assert retried and retried[0] > 1 and retried[-1] == 6 and retried == sorted(retried), \
-        (killed_at, [(r["epoch"], r["pid"]) for r in rows])
+    assert [(r["epoch"], r["pid"] == killed_pid) for r in rows] == [(1, True), (2, True), (3, False), (4, False)], \
+        [(r["epoch"], r["pid"]) for r in rows]
+    assert rows[2]["resumed_from_epoch"] == 2
     from tuner.results import trials
     from tuner.run import load_saved
     (row,) = trials(load_saved(exp_dir))

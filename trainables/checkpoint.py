@@ -77,6 +77,16 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+def weights_sha256(state_dict: dict[str, torch.Tensor]) -> str:
+    """A digest of a model's weights (names, dtypes, shapes and bytes), the same on any device."""
+    h = hashlib.sha256()
+    for name in sorted(state_dict):
+        t = state_dict[name].detach().cpu().contiguous()
+        h.update(f"{name}:{t.dtype}:{tuple(t.shape)};".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
 def _write_atomic(path: Path, write) -> None:
     """write(f) into a temp file in the same folder, fsync, rename over `path`."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")

@@ -133,6 +133,7 @@ class RunConfig:
     workers: int = bounded(1, ge=1)                 # data-parallel workers per trial
     checkpoint_every: int = bounded(1, ge=1)        # epochs between checkpoints
     inject_fault: str = ""           # testing seam: "nan_loss" or "oom" from the first step
+    fault_dir: str = ""              # testing seam: rank<r>.pid files; a `hold` file there naming epoch N pauses before N
 
 
 SECTIONS = (DataConfig, ModelConfig, OptimConfig, StepConfig, PruneConfig, RunConfig)

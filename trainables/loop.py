@@ -10,9 +10,11 @@ import gc
 import inspect
 import logging
 import math
+import os
 import shutil
 import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -81,6 +83,31 @@ def make_loss(cfg: TrainConfig, impl: str):
     return loss_fn
 
 
+def write_pid_file(cfg: TrainConfig, rank: int) -> None:
+    """Testing seam: `fault_dir/rank<r>.pid` names the process training as rank r now."""
+    if cfg.fault_dir:
+        folder = Path(cfg.fault_dir)
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / f".rank{rank}.pid.{os.getpid()}"
+        tmp.write_text(str(os.getpid()))
+        os.replace(tmp, folder / f"rank{rank}.pid")
+
+
+def wait_while_held(cfg: TrainConfig, epoch: int) -> None:
+    """Testing seam: while `fault_dir/hold` names an epoch <= `epoch`, wait before starting it,
+    so a test can act on a trial at a known point (its earlier epochs reported and checkpointed)."""
+    if not cfg.fault_dir:
+        return
+    hold = Path(cfg.fault_dir) / "hold"
+    while True:
+        try:
+            if int(hold.read_text().strip() or 0) > epoch:
+                return
+        except (FileNotFoundError, ValueError):
+            return
+        time.sleep(0.05)
+
+
 def _all_reduce(values: list[float], device: torch.device) -> list[float]:
     if not (dist.is_available() and dist.is_initialized()):
         return values
@@ -139,6 +166,8 @@ class _Trial:
                               max_nonfinite_steps=cfg.max_nonfinite_steps, channels_last=cfg.channels_last)
         self.start_epoch, self.global_step, self.epoch = 1, 0, 1
         self.best_val_acc = 0.0
+        # Reported with every epoch: where this run of the trial started from.
+        self.resumed = {"resumed_from_epoch": 0, "restored_weights_sha256": ""}
 
     def _wrap(self, model: nn.Module) -> nn.Module:
         if self.session.world_size > 1 and dist.is_available() and dist.is_initialized():
@@ -169,6 +198,9 @@ class _Trial:
         payload = ckpt_io.load(folder, map_location=self.device)
         pruning.restore_masks(self.model, payload["model"])
         self.model.load_state_dict(payload["model"])
+        restored = ckpt_io.weights_sha256(self.model.state_dict())
+        if payload.get("weights_sha256") and restored != payload["weights_sha256"]:
+            raise ckpt_io.CheckpointError(f"{folder}: the restored weights differ from the ones saved")
         self.optimizer.load_state_dict(payload["optimizer"])
         if self.scheduler is not None and payload.get("scheduler"):
             self.scheduler.load_state_dict(payload["scheduler"])
@@ -178,11 +210,13 @@ class _Trial:
         self.start_epoch = int(payload["epoch"]) + 1
         self.global_step = int(payload["step"])
         self.best_val_acc = float(payload.get("metrics", {}).get("best_val_acc", 0.0))
+        self.resumed = {"resumed_from_epoch": int(payload["epoch"]), "restored_weights_sha256": restored}
         log.info("resumed from %s at epoch %d", folder, self.start_epoch)
 
     def save(self, folder: str, epoch: int, metrics: dict[str, Any]) -> None:
         ckpt_io.save(f"{folder}/{ckpt_io.FILENAME}", {
             "model": self.model.state_dict(),
+            "weights_sha256": ckpt_io.weights_sha256(self.model.state_dict()),
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
             "scaler": self.step.scaler.state_dict() if self.step.scaler is not None else None,
@@ -244,7 +278,8 @@ class _Trial:
         self.best_val_acc = max(self.best_val_acc, val_acc)
         m.update(epoch=epoch, status="ok", val_loss=val_loss, val_acc=val_acc, best_val_acc=self.best_val_acc,
                  lr=self.optimizer.param_groups[0]["lr"], sparsity=pruning.sparsity(self.model),
-                 nonfinite_steps=self.step.nonfinite_total, global_batch_size=self.cfg.global_batch_size)
+                 nonfinite_steps=self.step.nonfinite_total, global_batch_size=self.cfg.global_batch_size,
+                 **self.resumed)
         if self.test_loader is not None:
             m["test_loss"], m["test_acc"] = evaluate(self.model, self.test_loader, self.step)
         if not math.isfinite(m["grad_norm"]):
@@ -275,7 +310,9 @@ class _Trial:
 
     def run(self) -> dict[str, Any]:
         last: dict[str, Any] = {}
+        write_pid_file(self.cfg, self.session.rank)
         for epoch in range(self.start_epoch, self.cfg.epochs + 1):
+            wait_while_held(self.cfg, epoch)
             last = self.epoch_metrics(epoch, time.perf_counter())
             keep = epoch % self.cfg.checkpoint_every == 0 or epoch == self.cfg.epochs
             log.info("epoch %d/%d val_acc=%.4f val_loss=%.4f train_loss=%.4f %.0f samples/s", epoch,

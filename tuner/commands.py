@@ -47,12 +47,11 @@ def cmd_run(args) -> int:
     from .config import load
     from .run import run_experiment
     exp = load(args.file, args.set)  # validation first: nothing starts on error
-    summary = run_experiment(exp, args.address, allow_no_auth=args.allow_no_auth)
-    _print_summary(summary)
-    return 0
+    return _print_summary(run_experiment(exp, args.address, allow_no_auth=args.allow_no_auth))
 
 
-def _print_summary(summary: dict[str, Any]) -> None:
+def _print_summary(summary: dict[str, Any]) -> int:
+    """The end-of-run lines; the exit status: 130 (as for Ctrl-C) while trials are unfinished."""
     best, d = summary["best"], summary["exp_dir"]
     print(f"\n{summary['trials']} trials; results in {d}")
     if summary["errors"]:
@@ -62,12 +61,12 @@ def _print_summary(summary: dict[str, Any]) -> None:
     if summary["unfinished"]:
         print(f"{len(summary['unfinished'])} trial(s) unfinished; continue with: python -m tuner resume {d}")
     print(f"next: python -m tuner status {d}\n      python -m tuner export {d} --out best/")
+    return 130 if summary["unfinished"] else 0
 
 
 def cmd_resume(args) -> int:
     from .run import resume_experiment
-    _print_summary(resume_experiment(args.exp_dir, args.address, allow_no_auth=args.allow_no_auth))
-    return 0
+    return _print_summary(resume_experiment(args.exp_dir, args.address, allow_no_auth=args.allow_no_auth))
 
 
 def cmd_status(args) -> int:
