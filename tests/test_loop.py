@@ -38,7 +38,7 @@ def test_pruning_in_the_loop_reports_sparsity(cache_dir):
 
 
 def test_divergence_ends_the_trial_with_a_finite_metric(cache_dir, monkeypatch):
-    def nan_loss(cfg, impl):
+    def nan_loss(cfg, impl, rank=0):
         return lambda logits, y: torch.nn.functional.cross_entropy(logits, y) * float("nan")
     monkeypatch.setattr(loop, "make_loss", nan_loss)
     s = PlainSession("cpu")

@@ -404,3 +404,105 @@ def test_a_killed_trial_actor_is_retried_from_its_checkpoint(ray_address, tmp_pa
     from tuner.run import load_saved
     (row,) = trials(load_saved(exp_dir))
     assert row.state == "TERMINATED" and row.status == "ok", (row.state, row.status)
+
+
+KILLED_RUN = """
+name: killed-run
+storage_path: {storage}
+seed: 4
+budget: {{num_samples: 2, max_epochs: 3, grace_epochs: 3, max_concurrent_trials: 1}}
+resources: {{workers: 1, cpus_per_worker: 1}}
+train: {{dataset: digits, cache_dir: {cache}, model: convnet, width: 0.5, micro_batch_size: 32, flip: false,
+         crop_padding: 1, fault_dir: {faults}}}
+search:
+  lr: {{type: loguniform, low: 1.0e-2, high: 0.1}}
+"""
+
+
+@pytest.mark.timeout(600)
+def test_a_killed_run_leaves_no_ray_behind_after_resume_and_loses_no_trial(ray_address, tmp_path):
+    import psutil
+    import ray
+    from tuner.local_ray import RECORD
+    spec, faults = _write_spec(tmp_path, KILLED_RUN, hold_epoch=2)
+    exp_dir = tmp_path / "runs" / "killed-run"
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    # No --address: the run starts (and records) its own local Ray beside the suite's.
+    proc = subprocess.Popen([sys.executable, "-m", "tuner", "run", str(spec)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        _wait_until(proc, _held_at(exp_dir, 2))
+        rec = json.loads((exp_dir / RECORD).read_text())
+        proc.kill()
+        proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+
+    def alive():
+        out = []
+        for pid, started, name in rec["processes"]:
+            try:
+                p = psutil.Process(pid)
+                if abs(p.create_time() - started) < 0.01 and p.status() != psutil.STATUS_ZOMBIE:
+                    out.append((pid, name))
+            except psutil.Error:
+                pass
+        return out
+    time.sleep(3)
+    left = alive()
+    assert left, "nothing of the killed run's Ray outlived it: this test would not show the clean-up"
+    (faults / "hold").unlink()
+    r = _cli("resume", str(exp_dir), "--address", ray_address, timeout=400)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "leftover process" in r.stdout and not alive(), (alive(), r.stdout[-2000:])
+    assert not (exp_dir / RECORD).exists()
+    # The suite's own Ray was not touched.
+    assert ray.get(ray.remote(lambda: 41 + 1).remote(), timeout=60) == 42
+    from tuner.results import trials
+    from tuner.run import load_saved
+    rows = trials(load_saved(exp_dir))
+    assert len(rows) == 2 and all(row.state == "TERMINATED" and row.status == "ok" for row in rows), \
+        [(row.trial_id, row.state, row.status) for row in rows]
+    epochs = _epochs_by_trial(exp_dir)
+    assert all(e == sorted(set(e)) and e[-1] == 3 for e in epochs.values()), epochs
+    resumed = [r for rows_ in _rows_by_trial(exp_dir).values() for r in rows_ if r["resumed_from_epoch"]]
+    assert resumed and resumed[0]["resumed_from_epoch"] == 1, resumed  # the held trial went on from epoch 1
+    from optuna.trial import TrialState
+    study = _study(load_saved(exp_dir))
+    assert len(study.trials) == 2 and not any(t.state == TrialState.RUNNING for t in study.trials), \
+        [t.state for t in study.trials]
+
+
+OUT_OF_MEMORY = """
+name: oom-{workers}
+storage_path: {storage}
+seed: 5
+budget: {{num_samples: {samples}, max_epochs: 2, grace_epochs: 2, max_concurrent_trials: 1}}
+resources: {{workers: {workers}, cpus_per_worker: 1}}
+train: {{dataset: digits, cache_dir: {cache}, model: convnet, width: 0.5, micro_batch_size: 32, flip: false,
+         crop_padding: 1, inject_fault: {fault}}}
+search:
+  lr: {{type: loguniform, low: 1.0e-2, high: 0.1}}
+"""
+
+
+@pytest.mark.timeout(60)  # a rank left waiting in a collective would hang past this
+# Two one-worker trials (the search goes on after the first) and one DDP trial (~20 s to start
+# its worker group here): well inside the 60 s bound.
+@pytest.mark.parametrize("workers, fault, samples", [(1, "oom", 2), (2, "oom_rank1", 1)])
+def test_out_of_memory_records_the_config_as_infeasible_and_the_search_goes_on(ray_address, tmp_path, workers,
+                                                                               fault, samples):
+    from tuner.run import run_experiment
+    exp = parse(OUT_OF_MEMORY.format(storage=tmp_path / "runs", cache=tmp_path / "cache", workers=workers,
+                                     fault=fault, samples=samples))
+    run_experiment(exp, echo=lambda s: None)  # in this process: the 60 s bound is for the trials
+    # Every trial ran (a failure did not end the search), each ended after one report.
+    assert list(map(len, _epochs_by_trial(exp.exp_dir).values())) == [1] * samples, _epochs_by_trial(exp.exp_dir)
+    from tuner.results import trials
+    rows = trials(exp)  # what `status` lists, reason included
+    assert [(t.state, t.status) for t in rows] == [("TERMINATED", "infeasible")] * samples, rows
+    # Rank 0 reports for a DDP trial: it learned of rank 1's failure through the step's agreement.
+    reason = f"out of memory (inject_fault={fault})" if workers == 1 else "1 other rank(s) ran out of memory"
+    assert all(reason in t.metrics["reason"] for t in rows), [t.metrics["reason"] for t in rows]
+    from optuna.trial import TrialState
+    assert [t.state for t in _study(exp).trials] == [TrialState.FAIL] * samples

@@ -20,7 +20,7 @@ PRECISIONS = ("fp32", "bf16", "fp16")
 KERNELS = ("auto", "triton", "torch")
 PRUNE_SCOPES = ("global", "layer")
 DEVICES = ("auto", "cpu", "cuda")
-FAULTS = ("", "nan_loss", "oom")
+FAULTS = ("", "nan_loss", "oom", "oom_rank1")
 
 # Settings that only mean something for the torch DataLoader.
 TORCH_LOADER_FIELDS = ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor",
@@ -132,7 +132,7 @@ class RunConfig:
     device: str = "auto"             # auto | cpu | cuda
     workers: int = bounded(1, ge=1)                 # data-parallel workers per trial
     checkpoint_every: int = bounded(1, ge=1)        # epochs between checkpoints
-    inject_fault: str = ""           # testing seam: "nan_loss" or "oom" from the first step
+    inject_fault: str = ""           # testing seam from the first step: nan_loss | oom | oom_rank1 (rank 1 only)
     fault_dir: str = ""              # testing seam: rank<r>.pid files; a `hold` file there naming epoch N pauses before N
 
 

@@ -70,15 +70,15 @@ def build_scheduler(cfg: TrainConfig, opt: torch.optim.Optimizer, steps_per_epoc
     return torch.optim.lr_scheduler.LambdaLR(opt, factor)
 
 
-def make_loss(cfg: TrainConfig, impl: str):
+def make_loss(cfg: TrainConfig, impl: str, rank: int = 0):
     def loss_fn(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return kernels.cross_entropy(logits, y, cfg.label_smoothing, impl=impl)
 
     if cfg.inject_fault == "nan_loss":
         return lambda logits, y: loss_fn(logits, y) * float("nan")
-    if cfg.inject_fault == "oom":
+    if cfg.inject_fault == "oom" or (cfg.inject_fault == "oom_rank1" and rank == 1):
         def oom(logits, y):
-            raise torch.OutOfMemoryError("injected fault: CUDA out of memory (inject_fault=oom)")
+            raise torch.OutOfMemoryError(f"injected fault: CUDA out of memory (inject_fault={cfg.inject_fault})")
         return oom
     return loss_fn
 
@@ -161,7 +161,7 @@ class _Trial:
         self.optimizer = build_optimizer(cfg, model)
         self.scheduler = build_scheduler(cfg, self.optimizer, self.steps_per_epoch)
         self.wrapped = self._wrap(model)
-        self.step = TrainStep(self.wrapped, self.optimizer, loss_fn=make_loss(cfg, self.impl), device=self.device,
+        self.step = TrainStep(self.wrapped, self.optimizer, loss_fn=make_loss(cfg, self.impl, session.rank), device=self.device,
                               precision=cfg.precision, grad_clip=cfg.grad_clip,
                               max_nonfinite_steps=cfg.max_nonfinite_steps, channels_last=cfg.channels_last)
         self.start_epoch, self.global_step, self.epoch = 1, 0, 1

@@ -13,6 +13,7 @@ import yaml
 from trainables.preflight import check_folders
 from trainables.trainable import make_trainable, trial_resources
 
+from . import local_ray
 from .config import Experiment, ExperimentError
 
 EXPERIMENT_FILE = "tuner-experiment.yaml"
@@ -29,13 +30,13 @@ class ClusterError(RuntimeError):
 
 
 def connect(address: str | None, exp: Experiment, echo: Callable[[str], None] = print,
-            allow_no_auth: bool = False) -> None:
+            allow_no_auth: bool = False) -> str | None:
     """Join `address` / RAY_ADDRESS, or start an embedded local Ray with its dashboard on
     127.0.0.1 (token authentication stays on; refused when the environment turns it off,
-    unless the user says so)."""
+    unless the user says so).  The session folder of a Ray started here, else None."""
     import ray
     if ray.is_initialized():
-        return
+        return None
     local = not (address or os.environ.get("RAY_ADDRESS"))
     if local and os.environ.get("RAY_AUTH_MODE", "").strip().lower() == "disabled" and not allow_no_auth:
         raise ClusterError("RAY_AUTH_MODE=disabled in the environment would start a local Ray whose dashboard, "
@@ -67,6 +68,18 @@ def connect(address: str | None, exp: Experiment, echo: Callable[[str], None] = 
         token = Path.home() / ".ray" / "auth_token"
         hint = f" (token: {token})" if token.exists() else ""
         echo(f"Ray dashboard: http://{url}{hint}")
+    return None if address else ctx.address_info["session_dir"]
+
+
+def _fit(exp: Experiment, tuner, session_dir: str | None):
+    """Tuner.fit(), with the embedded Ray (if any) recorded in the experiment folder while it runs."""
+    if not session_dir:
+        return tuner.fit()
+    local_ray.record(exp.exp_dir, session_dir)
+    try:
+        return tuner.fit()
+    finally:  # this process shuts its Ray down as it ends; only a killed one leaves processes behind
+        local_ray.forget(exp.exp_dir)
 
 
 def preflight(exp: Experiment) -> None:
@@ -192,13 +205,13 @@ def run_experiment(exp: Experiment, address: str | None = None, echo: Callable[[
             "this experiment folder exists already; `tuner resume " + str(exp.exp_dir) + "` continues it, or "
             "choose another name (--set name=NEW)"])
     preflight(exp)
-    connect(address, exp, echo, allow_no_auth)
+    local_ray.end_leftovers(exp.exp_dir.parent, echo)
+    session_dir = connect(address, exp, echo, allow_no_auth)
     concurrency = fitting_concurrency(exp, ray.cluster_resources())
     _save_experiment(exp)
     echo(f"experiment {exp.name}: {exp.budget.num_samples} trials, up to {concurrency} at once, "
          f"ASHA over {exp.budget.max_epochs} epochs; results in {exp.exp_dir}")
-    results = build_tuner(exp, concurrency).fit()
-    return summarize(exp, results)
+    return summarize(exp, _fit(exp, build_tuner(exp, concurrency), session_dir))
 
 
 def resume_experiment(exp_dir: str | Path, address: str | None = None, echo: Callable[[str], None] = print,
@@ -207,14 +220,15 @@ def resume_experiment(exp_dir: str | Path, address: str | None = None, echo: Cal
     from ray import tune
     exp = load_saved(exp_dir)
     preflight(exp)
-    connect(address, exp, echo, allow_no_auth)
+    local_ray.end_leftovers(exp.exp_dir.parent, echo)
+    session_dir = connect(address, exp, echo, allow_no_auth)
     fitting_concurrency(exp, ray.cluster_resources())
     if not tune.Tuner.can_restore(str(exp.exp_dir)):
         raise ExperimentError(str(exp_dir), ["no Tune state to resume from in this folder"])
     tuner = tune.Tuner.restore(str(exp.exp_dir), trainable=trainable_for(exp), resume_unfinished=True,
                                resume_errored=True)
     echo(f"resuming {exp.exp_dir}")
-    return summarize(exp, tuner.fit())
+    return summarize(exp, _fit(exp, tuner, session_dir))
 
 
 def summarize(exp: Experiment, results) -> dict[str, Any]:
