@@ -128,3 +128,49 @@ def test_a_checkpoint_write_failing_mid_run_ends_the_trial_and_keeps_the_previou
     assert last["status"] == "storage_error" and "No space left" in last["reason"] and last["epoch"] == 2
     assert [r["epoch"] for r in session.reports] == [1, 2] and len(session.checkpoints) == 1
     assert ck.load(session.checkpoints[0])["epoch"] == 1   # the previous checkpoint is intact
+
+
+def _flip_a_byte(folder: str) -> None:
+    path = os.path.join(folder, ck.FILENAME)
+    data = bytearray(open(path, "rb").read())
+    data[len(data) // 2] ^= 0x01
+    open(path, "wb").write(bytes(data))
+
+
+def test_a_corrupt_latest_checkpoint_falls_back_to_the_previous_one(cache_dir, tmp_path):
+    cfg = digits_config(cache_dir, epochs=3, max_steps_per_epoch=2)
+    first = PlainSession("cpu", storage=str(tmp_path / "trial"))
+    train_loop(cfg, first)
+    _flip_a_byte(first.checkpoints[2])           # the latest (epoch 3) is corrupt
+    resumed = PlainSession("cpu", resume_from=first.checkpoints[2], storage=str(tmp_path / "again"))
+    train_loop(cfg.replace(epochs=4), resumed)
+    # Epoch 2's checkpoint was the newest intact one: epochs 3 and 4 are trained from it, with
+    # the weights it saved.
+    assert [r["epoch"] for r in resumed.reports] == [3, 4]
+    assert resumed.reports[0]["resumed_from_epoch"] == 2
+    assert resumed.reports[0]["restored_weights_sha256"] == ck.load(first.checkpoints[1])["weights_sha256"]
+
+
+def test_no_intact_checkpoint_fails_clearly_naming_each(cache_dir, tmp_path):
+    cfg = digits_config(cache_dir, epochs=2, max_steps_per_epoch=2)
+    first = PlainSession("cpu", storage=str(tmp_path / "trial"))
+    train_loop(cfg, first)
+    for folder in first.checkpoints:
+        _flip_a_byte(folder)
+    with pytest.raises(ck.CheckpointError, match="no intact checkpoint to resume from") as err:
+        train_loop(cfg.replace(epochs=3), PlainSession("cpu", resume_from=first.checkpoints[1]))
+    assert all(folder in str(err.value) for folder in first.checkpoints)
+
+
+def test_kept_checkpoints_are_listed_newest_first(tmp_path):
+    from trainables.session import kept_beside
+    for name in ("checkpoint_000002", "checkpoint_000010", "checkpoint_000009", "other"):
+        (tmp_path / "tune" / name).mkdir(parents=True)
+    assert [os.path.basename(p) for p in kept_beside(tmp_path / "tune" / "checkpoint_000010")] == \
+        ["checkpoint_000009", "checkpoint_000002"]
+    for name in ("checkpoint_2026-12-03_01-02-03.000001", "checkpoint_2026-12-03_01-02-09.000002"):
+        (tmp_path / "train" / name).mkdir(parents=True)
+    (tmp_path / "train" / "checkpoint_manager_snapshot.json").write_text("{}")
+    assert [os.path.basename(p) for p in kept_beside(tmp_path / "train" / "checkpoint_2026-12-03_01-02-09.000002")] \
+        == ["checkpoint_2026-12-03_01-02-03.000001"]
+    assert kept_beside(None) == [] and kept_beside(tmp_path / "gone") == []

@@ -240,6 +240,9 @@ def test_resume_after_interrupt_finishes_every_trial_without_restarting(ray_addr
         assert epochs[-1] == 6, (name, epochs)
     (name,) = before
     assert after[name] == [1, 2, 3, 4, 5, 6], after[name]
+    # Each trial keeps its best two checkpoints by the metric and its latest.
+    for name, rows in _rows_by_trial(exp_dir).items():
+        _assert_keeps_the_best_two_and_the_latest(rows, set(_kept(exp_dir / name)))
     from tuner.results import trials
     from tuner.run import load_saved
     assert sorted(row.state for row in trials(load_saved(exp_dir))) == ["TERMINATED"] * 4
@@ -266,17 +269,29 @@ search:
 """
 
 
-def _train_checkpoints(exp_dir: Path) -> dict[int, str]:
-    """The Train run's checkpoints on disk: epoch -> the SHA-256 of the weights saved in it."""
+def _kept(folder: Path) -> dict[int, str]:
+    """The checkpoints kept in a trial's or Train run's folder: epoch -> the SHA-256 of its weights."""
     from trainables import checkpoint as ckpt_io
     out = {}
-    for f in (exp_dir / "train-runs").glob("train-*/checkpoint_*/checkpoint.pt"):
+    for f in folder.glob("checkpoint_*/checkpoint.pt"):
         try:
             payload = ckpt_io.load(f)
         except (ckpt_io.CheckpointError, OSError):  # being written or removed right now
             continue
         out[int(payload["epoch"])] = payload["weights_sha256"]
     return out
+
+
+def _train_checkpoints(exp_dir: Path) -> dict[int, str]:
+    return {e: h for run in (exp_dir / "train-runs").glob("train-*") for e, h in _kept(run).items()}
+
+
+def _assert_keeps_the_best_two_and_the_latest(rows: list[dict], kept: set[int]) -> None:
+    """Kept: the latest epoch's checkpoint and the two best by val_acc (ties make the epochs
+    ambiguous, not the values)."""
+    acc = {r["epoch"]: r["val_acc"] for r in rows}
+    assert max(acc) in kept and len(kept) <= 3, (acc, kept)
+    assert sorted((acc[e] for e in kept), reverse=True)[:2] == sorted(acc.values(), reverse=True)[:2], (acc, kept)
 
 
 @pytest.mark.timeout(600)
@@ -299,8 +314,8 @@ def test_resumed_ddp_trial_continues_from_its_train_run(ray_address, tmp_path):
     # resume continue where the Train run's last checkpoint left off, never at epoch 1.
     resumed = [r for r in rows if r["resumed_from_epoch"] == 2]
     assert [r["epoch"] for r in resumed] == [3, 4, 5], [(r["epoch"], r["resumed_from_epoch"]) for r in rows]
-    # The Train run keeps its latest two checkpoints, not one per epoch.
-    assert sorted(_train_checkpoints(exp_dir)) == [4, 5]
+    # The Train run keeps its best two checkpoints by the metric and its latest, not one per epoch.
+    _assert_keeps_the_best_two_and_the_latest(rows, set(_train_checkpoints(exp_dir)))
 
 
 KILLED_WORKER = DDP_RESUMABLE.replace("ddp-resumable", "killed-worker").replace("max_epochs: 5, grace_epochs: 5",

@@ -321,6 +321,24 @@ class _Trial:
         return last
 
 
+def restore_newest_good(trial: _Trial, folders: list[str]) -> str:
+    """Restore the first checkpoint of `folders` (newest first) that reads back intact; the one
+    used.  A corrupt latest checkpoint falls back to the previous kept one; none intact is one
+    clear CheckpointError naming each."""
+    problems = []
+    for folder in folders:
+        try:
+            trial.restore(folder)
+        except ckpt_io.CheckpointError as e:
+            problems.append(str(e))
+            continue
+        if problems:
+            log.warning("resumed from an earlier checkpoint %s; newer ones are corrupt: %s", folder,
+                        "; ".join(problems))
+        return folder
+    raise ckpt_io.CheckpointError("no intact checkpoint to resume from: " + "; ".join(problems))
+
+
 def final_report(session: Session, status: str, epoch: int, reason: str) -> dict[str, Any]:
     """The last report of a trial that cannot go on: finite worst values, never NaN."""
     metrics = {"epoch": epoch, "status": status, "reason": reason, "train_loss": WORST_LOSS,
@@ -344,7 +362,7 @@ def train_loop(config: TrainConfig | dict, session: Session | None = None) -> di
         trial = _Trial(cfg, session)
         resume = session.get_checkpoint()
         if resume:
-            trial.restore(resume)
+            restore_newest_good(trial, [resume, *session.earlier_checkpoints()])
         return trial.run()
     except DivergedError as e:
         epoch = _current_epoch(trial)

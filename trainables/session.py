@@ -33,6 +33,23 @@ class Session:
         """A local folder holding the checkpoint to resume from, or None."""
         return None
 
+    def earlier_checkpoints(self) -> list[str]:
+        """The other kept checkpoints of this trial, newest first: where to go when the latest
+        one is corrupt."""
+        return []
+
+
+def kept_beside(path: str | Path | None) -> list[str]:
+    """The checkpoint folders kept beside `path` (its trial's or Train run's), newest first.
+    Tune (checkpoint_000007) and Train (checkpoint_<date>_<time>) names sort by age.  Local
+    or mounted storage only: elsewhere there is nothing to list and the latest must do."""
+    if not path:
+        return []
+    here = Path(path)
+    if not here.is_dir():
+        return []
+    return [str(p) for p in sorted(here.parent.glob("checkpoint_*"), reverse=True) if p.is_dir() and p != here]
+
 
 class PlainSession(Session):
     """No Ray: keeps every report, and copies checkpoints under `storage` when given."""
@@ -57,6 +74,9 @@ class PlainSession(Session):
     def get_checkpoint(self):
         return self.resume_from
 
+    def earlier_checkpoints(self):
+        return kept_beside(self.resume_from)
+
 
 class TuneSession(Session):
     """A one-worker trial running inside the Tune trial process (no TorchTrainer)."""
@@ -73,6 +93,11 @@ class TuneSession(Session):
         from ray import tune
         ckpt = tune.get_checkpoint()
         return ckpt.to_directory() if ckpt is not None else None
+
+    def earlier_checkpoints(self):
+        from ray import tune
+        ckpt = tune.get_checkpoint()
+        return kept_beside(ckpt.path if ckpt is not None else None)
 
 
 class TrainSession(Session):
@@ -93,3 +118,8 @@ class TrainSession(Session):
         import ray.train
         ckpt = ray.train.get_checkpoint()
         return ckpt.to_directory() if ckpt is not None else None
+
+    def earlier_checkpoints(self):
+        import ray.train
+        ckpt = ray.train.get_checkpoint()
+        return kept_beside(ckpt.path if ckpt is not None else None)

@@ -6,6 +6,10 @@ from typing import Any, Callable
 
 # A Tune trial whose work runs on Train workers still needs a (tiny) resource of its own.
 DRIVER_CPU = 0.01
+# Checkpoints a trial (Tune) or Train run keeps: this many best by the experiment's metric,
+# and always the latest.  Ray ranks by score only, so "the latest two" is not expressible;
+# the best ones are the earlier checkpoints a corrupt latest one falls back to.
+KEEP_BEST = 2
 
 
 def trial_resources(workers: int, cpus_per_worker: float, gpus_per_worker: float) -> dict[str, float]:
@@ -16,8 +20,10 @@ def trial_resources(workers: int, cpus_per_worker: float, gpus_per_worker: float
 
 
 def make_trainable(workers: int, cpus_per_worker: float, gpus_per_worker: float, train_storage: str,
-                   controller_failure_limit: int = 2, worker_failures: int = 1) -> Callable:
-    """A Tune function trainable, with its resource request attached."""
+                   controller_failure_limit: int = 2, worker_failures: int = 1,
+                   keep_by: tuple[str, str] = ("val_acc", "max")) -> Callable:
+    """A Tune function trainable, with its resource request attached; a Train run keeps its
+    KEEP_BEST best checkpoints by keep_by (metric, mode) and its latest."""
     from ray import tune
 
     if workers <= 1:
@@ -29,7 +35,7 @@ def make_trainable(workers: int, cpus_per_worker: float, gpus_per_worker: float,
 
     def trainable(config: dict[str, Any]) -> None:
         _fit_ddp(dict(config), workers, cpus_per_worker, gpus_per_worker, train_storage,
-                 controller_failure_limit, worker_failures)
+                 controller_failure_limit, worker_failures, keep_by)
     return tune.with_resources(trainable, {"cpu": DRIVER_CPU})
 
 
@@ -41,7 +47,7 @@ def _train_worker(config: dict[str, Any]) -> None:
 
 
 def _fit_ddp(config: dict[str, Any], workers: int, cpus: float, gpus: float, storage: str,
-             controller_failure_limit: int, worker_failures: int) -> None:
+             controller_failure_limit: int, worker_failures: int, keep_by: tuple[str, str]) -> None:
     import ray.train
     from ray import tune
     from ray.train.torch import TorchConfig, TorchTrainer
@@ -58,9 +64,9 @@ def _fit_ddp(config: dict[str, Any], workers: int, cpus: float, gpus: float, sto
         scaling_config=ray.train.ScalingConfig(num_workers=workers, use_gpu=use_gpu, resources_per_worker=resources),
         run_config=ray.train.RunConfig(
             name=name, storage_path=storage, callbacks=[TuneReportCallback()],
-            # Train keeps every checkpoint unless told: the latest two are enough to resume,
-            # even if the newest were lost.
-            checkpoint_config=ray.train.CheckpointConfig(num_to_keep=2),
+            # Train keeps every checkpoint unless told.
+            checkpoint_config=ray.train.CheckpointConfig(num_to_keep=KEEP_BEST, checkpoint_score_attribute=keep_by[0],
+                                                         checkpoint_score_order=keep_by[1]),
             failure_config=ray.train.FailureConfig(max_failures=worker_failures,
                                                    controller_failure_limit=controller_failure_limit)),
     )

@@ -11,7 +11,7 @@ from typing import Any, Callable
 import yaml
 
 from trainables.preflight import check_folders
-from trainables.trainable import make_trainable, trial_resources
+from trainables.trainable import KEEP_BEST, make_trainable, trial_resources
 
 from . import local_ray
 from .config import Experiment, ExperimentError
@@ -130,15 +130,16 @@ def build_tuner(exp: Experiment, concurrency: int):
                                     reuse_actors=True),
         run_config=tune.RunConfig(
             name=exp.name, storage_path=str(exp.exp_dir.parent),
-            checkpoint_config=tune.CheckpointConfig(num_to_keep=1, checkpoint_score_attribute=exp.metric,
-                                                    checkpoint_score_order=exp.mode),  # best + latest
+            checkpoint_config=tune.CheckpointConfig(num_to_keep=KEEP_BEST, checkpoint_score_attribute=exp.metric,
+                                                    checkpoint_score_order=exp.mode),  # best two + latest
             failure_config=tune.FailureConfig(max_failures=1), verbose=1),
     )
 
 
 def trainable_for(exp: Experiment):
     r = exp.resources
-    return make_trainable(r.workers, r.cpus_per_worker, r.gpus_per_worker, str(exp.exp_dir / "train-runs"))
+    return make_trainable(r.workers, r.cpus_per_worker, r.gpus_per_worker, str(exp.exp_dir / "train-runs"),
+                          keep_by=(exp.metric, exp.mode))
 
 
 def _save_experiment(exp: Experiment) -> None:
