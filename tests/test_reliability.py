@@ -139,6 +139,23 @@ def test_the_dashboard_and_jobs_api_refuse_requests_without_the_token(ray_addres
     assert url.startswith("127.0.0.1:")          # the dashboard listens on loopback only
 
 
+@pytest.mark.integration
+def test_the_gcs_grpc_port_refuses_calls_without_the_token(ray_address):
+    import grpc
+    from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
+    token = (Path.home() / ".ray" / "auth_token").read_text().strip()
+    # A plain channel: none of the token interceptors Ray's own clients add.
+    with grpc.insecure_channel(ray_address) as channel:
+        nodes = gcs_service_pb2_grpc.NodeInfoGcsServiceStub(channel).GetAllNodeInfo
+        request = gcs_service_pb2.GetAllNodeInfoRequest()
+        for metadata in ((), (("authorization", "Bearer not-the-token"),)):
+            with pytest.raises(grpc.RpcError) as err:
+                nodes(request, metadata=metadata, timeout=10)
+            assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED, (metadata, err.value)
+        reply = nodes(request, metadata=(("authorization", f"Bearer {token}"),), timeout=10)
+        assert len(reply.node_info_list) >= 1
+
+
 def test_group_writable_state_is_trusted_only_for_the_users_private_group(tmp_path):
     from tuner.run import _private_group, load_saved
     exp_dir = _fake_experiment(tmp_path)
