@@ -100,16 +100,18 @@ def _fake_experiment(tmp_path) -> Path:
 
 
 @pytest.mark.parametrize("target", [".", "searcher-state-0.pkl"])
-def test_state_writable_by_others_is_refused_before_it_is_read(tmp_path, target):
+def test_state_writable_by_others_is_refused_before_it_is_read(tmp_path, target, capsys):
+    from tuner.cli import main
     from tuner.run import load_saved
     exp_dir = _fake_experiment(tmp_path)
     (exp_dir / target).chmod(0o777 if target == "." else 0o666)
     with pytest.raises(ExperimentError, match="writable by group or others"):
         load_saved(exp_dir)
-    for verb in ("status", "export", "resume"):
-        r = _cli(verb, str(exp_dir), *(["--out", str(tmp_path / "o")] if verb == "export" else []),
-                 *(["--address", NOWHERE] if verb == "resume" else []))
-        assert r.returncode == 2 and "refused" in r.stderr and "Traceback" not in r.stderr, (verb, r.stderr)
+    for verb in ("status", "export", "resume"):  # the CLI in this process: it refuses before Ray
+        rc = main([verb, str(exp_dir), *(["--out", str(tmp_path / "o")] if verb == "export" else []),
+                   *(["--address", NOWHERE] if verb == "resume" else [])])
+        err = capsys.readouterr().err
+        assert rc == 2 and "refused" in err and "Traceback" not in err, (verb, err)
     (exp_dir / target).chmod(0o755 if target == "." else 0o644)
     assert load_saved(exp_dir).name == "rel"
 

@@ -295,37 +295,12 @@ def _assert_keeps_the_best_two_and_the_latest(rows: list[dict], kept: set[int]) 
 
 
 @pytest.mark.timeout(600)
-def test_resumed_ddp_trial_continues_from_its_train_run(ray_address, tmp_path):
+def test_a_killed_train_worker_and_a_ctrl_c_both_resume_the_ddp_trial_from_its_last_checkpoint(ray_address,
+                                                                                              tmp_path):
+    # One DDP experiment for two faults: a Train worker killed before epoch 3, then Ctrl-C
+    # before epoch 4 and `resume`.
     spec, faults = _write_spec(tmp_path, DDP_RESUMABLE, hold_epoch=3)
     exp_dir = tmp_path / "runs" / "ddp-resumable"
-    proc = _start_run(spec, ray_address)
-    try:
-        _wait_until(proc, _held_at(exp_dir, 3))
-        out, took = _interrupt(proc)
-    finally:
-        proc.kill()
-    (before,) = _epochs_by_trial(exp_dir).values()
-    assert before == [1, 2] and took < 60, (before, took, out[-2000:])
-    (faults / "hold").unlink()
-    r = _cli("resume", str(exp_dir), "--address", ray_address, timeout=400)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    (rows,) = _rows_by_trial(exp_dir).values()
-    # Tune keeps or restarts the trial's result log; either way the epochs trained after the
-    # resume continue where the Train run's last checkpoint left off, never at epoch 1.
-    resumed = [r for r in rows if r["resumed_from_epoch"] == 2]
-    assert [r["epoch"] for r in resumed] == [3, 4, 5], [(r["epoch"], r["resumed_from_epoch"]) for r in rows]
-    # The Train run keeps its best two checkpoints by the metric and its latest, not one per epoch.
-    _assert_keeps_the_best_two_and_the_latest(rows, set(_train_checkpoints(exp_dir)))
-
-
-KILLED_WORKER = DDP_RESUMABLE.replace("ddp-resumable", "killed-worker").replace("max_epochs: 5, grace_epochs: 5",
-                                                                                 "max_epochs: 4, grace_epochs: 4")
-
-
-@pytest.mark.timeout(600)
-def test_a_killed_train_worker_restarts_the_group_from_the_last_checkpoint(ray_address, tmp_path):
-    spec, faults = _write_spec(tmp_path, KILLED_WORKER, hold_epoch=3)
-    exp_dir = tmp_path / "runs" / "killed-worker"
     proc = _start_run(spec, ray_address)
     try:
         _wait_until(proc, _held_at(exp_dir, 3))
@@ -334,17 +309,27 @@ def test_a_killed_train_worker_restarts_the_group_from_the_last_checkpoint(ray_a
         os.kill(victim, signal.SIGKILL)  # rank 1 of the Train worker group, waiting before epoch 3
         # The restarted group writes new pid files; only then may epoch 3 start.
         _wait_until(proc, lambda: int((faults / "rank1.pid").read_text()) != victim)
-        (faults / "hold").unlink()
-        out, _ = proc.communicate(timeout=300)
+        (faults / "hold").write_text("4")
+        _wait_until(proc, _held_at(exp_dir, 4))
+        out, took = _interrupt(proc)
     finally:
         proc.kill()
-    assert proc.returncode == 0, out[-3000:]
     (rows,) = _rows_by_trial(exp_dir).values()
-    # No epoch reported twice; the first one after the restart follows the last checkpoint, and
-    # the weights it started from are the ones that checkpoint saved.
-    assert [r["epoch"] for r in rows] == [1, 2, 3, 4], [r["epoch"] for r in rows]
+    # No epoch reported twice; the first one after the worker restart follows the last
+    # checkpoint, and the weights it started from are the ones that checkpoint saved.
+    assert [r["epoch"] for r in rows] == [1, 2, 3] and took < 60, ([r["epoch"] for r in rows], took, out[-2000:])
+    assert rows[1]["resumed_from_epoch"] == 0
     assert rows[2]["resumed_from_epoch"] == 2 and rows[2]["restored_weights_sha256"] == saved, rows[2]
-    assert rows[1]["resumed_from_epoch"] == 0 and rows[-1]["status"] == "ok"
+    (faults / "hold").unlink()
+    r = _cli("resume", str(exp_dir), "--address", ray_address, timeout=400)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    (rows,) = _rows_by_trial(exp_dir).values()
+    # After the resume the Train run goes on from its own latest checkpoint (epoch 3).
+    assert [(r["epoch"], r["resumed_from_epoch"]) for r in rows] == [(1, 0), (2, 0), (3, 2), (4, 3), (5, 3)], \
+        [(r["epoch"], r["resumed_from_epoch"]) for r in rows]
+    assert rows[-1]["status"] == "ok"
+    # The Train run keeps its best two checkpoints by the metric and its latest, not one per epoch.
+    _assert_keeps_the_best_two_and_the_latest(rows, set(_train_checkpoints(exp_dir)))
 
 
 ALL_DIVERGE_DDP = """
