@@ -222,3 +222,21 @@ def test_cross_field_rules_against_the_epoch_budget():
         "prune_end_epoch=4", "<= epochs=3")
     one("name: t\nbudget: {max_epochs: 3}\ntrain: {lr: 0.1}\nsearch:\n  warmup_epochs: {type: uniform, low: 0, high: 5}\n",
         "warmup_epochs=5", "searched")
+
+
+def test_a_profile_goes_into_the_experiment_folder_unless_named(tmp_path):
+    assert parse(GOOD).base_config()["profile_dir"] == ""
+    exp = parse(GOOD.replace("lr: 0.1}", "lr: 0.1, profile: true}"))
+    assert exp.base_config()["profile_dir"] == str(exp.exp_dir / "profiles")
+    named = parse(GOOD.replace("lr: 0.1}", f"lr: 0.1, profile: true, profile_dir: {tmp_path}}}"))
+    assert named.base_config()["profile_dir"] == str(tmp_path)
+
+
+def test_train_profile_flag_writes_the_trace_under_out(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"dataset: digits\ncache_dir: {tmp_path / 'cache'}\nepochs: 1\nmax_steps_per_epoch: 6\n"
+                   "micro_batch_size: 32\nwidth: 0.5\nflip: false\ncrop_padding: 1\n")
+    r = subprocess.run([sys.executable, "-m", "tuner", "train", str(cfg), "--profile", "--out", str(tmp_path / "out")],
+                       capture_output=True, text=True, timeout=240, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert (tmp_path / "out" / "profiles" / "trace.json").is_file() and "top operators" in r.stdout

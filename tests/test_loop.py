@@ -1,3 +1,4 @@
+import json
 import math
 
 import pytest
@@ -55,3 +56,19 @@ def test_out_of_memory_ends_the_trial_as_infeasible(cache_dir, monkeypatch):
     m = train_loop(digits_config(cache_dir, epochs=2), s)
     assert m["status"] == "infeasible" and len(s.reports) == 1
     assert math.isfinite(m["val_loss"]) and m["val_acc"] == 0.0
+
+
+def test_profile_writes_a_chrome_trace_of_the_active_steps_for_one_trial_only(cache_dir, tmp_path):
+    from trainables import profiling
+    folder = tmp_path / "profiles"
+    cfg = digits_config(cache_dir, epochs=2, max_steps_per_epoch=3, profile=True, profile_dir=str(folder))
+    train_loop(cfg, PlainSession("cpu"))   # 6 steps: the schedule (1 wait, 1 warmup, 3 active) spans epochs
+    events = json.loads((folder / profiling.TRACE).read_text())["traceEvents"]
+    names = {e.get("name", "") for e in events}
+    steps = sorted(n for n in names if n.startswith("ProfilerStep#"))
+    assert len(steps) == profiling.ACTIVE, steps   # the active steps, not the wait/warmup ones
+    assert any(n.startswith("aten::") for n in names) and "aten::" in (folder / profiling.TABLE).read_text()
+    # The folder is claimed: another trial of the same experiment does not profile again.
+    stamp = (folder / profiling.TRACE).stat().st_mtime_ns
+    train_loop(cfg, PlainSession("cpu"))
+    assert (folder / profiling.TRACE).stat().st_mtime_ns == stamp

@@ -133,6 +133,8 @@ class RunConfig:
     workers: int = bounded(1, ge=1)                 # data-parallel workers per trial
     checkpoint_every: int = bounded(1, ge=1)        # epochs between checkpoints
     inject_fault: str = ""           # testing seam from the first step: nan_loss | oom | oom_rank1 (rank 1 only)
+    profile: bool = False            # torch.profiler over 5 steps (1 wait, 1 warmup, 3 active) of one trial
+    profile_dir: str = ""            # where the trace and its table go (the service: <experiment>/profiles)
     fault_dir: str = ""              # testing seam: rank<r>.pid files; a `hold` file there naming epoch N pauses before N
 
 

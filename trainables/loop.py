@@ -22,7 +22,7 @@ import torch.distributed as dist
 from torch import nn
 
 from . import checkpoint as ckpt_io
-from . import kernels, pruning
+from . import kernels, profiling, pruning
 from .config import TrainConfig, check
 from .data import DeviceLoader, load_data, set_epoch, torch_loader
 from .models import build_model
@@ -166,6 +166,7 @@ class _Trial:
                               max_nonfinite_steps=cfg.max_nonfinite_steps, channels_last=cfg.channels_last)
         self.start_epoch, self.global_step, self.epoch = 1, 0, 1
         self.best_val_acc = 0.0
+        self.profiler = profiling.maybe_profiler(cfg.profile, cfg.profile_dir, session.rank, self.device)
         # Reported with every epoch: where this run of the trial started from.
         self.resumed = {"resumed_from_epoch": 0, "restored_weights_sha256": ""}
 
@@ -243,6 +244,8 @@ class _Trial:
                 group.append(batch)
             if group and (len(group) == cfg.accumulation_steps or batch is None):
                 r = self.step(group)
+                if self.profiler is not None:
+                    self.profiler.step()
                 group, steps = [], steps + 1
                 samples += r.samples
                 if r.applied:
@@ -311,13 +314,18 @@ class _Trial:
     def run(self) -> dict[str, Any]:
         last: dict[str, Any] = {}
         write_pid_file(self.cfg, self.session.rank)
-        for epoch in range(self.start_epoch, self.cfg.epochs + 1):
-            wait_while_held(self.cfg, epoch)
-            last = self.epoch_metrics(epoch, time.perf_counter())
-            keep = epoch % self.cfg.checkpoint_every == 0 or epoch == self.cfg.epochs
-            log.info("epoch %d/%d val_acc=%.4f val_loss=%.4f train_loss=%.4f %.0f samples/s", epoch,
-                     self.cfg.epochs, last["val_acc"], last["val_loss"], last["train_loss"], last["samples_per_s"])
-            self.report(last, epoch, keep)
+        try:
+            for epoch in range(self.start_epoch, self.cfg.epochs + 1):
+                wait_while_held(self.cfg, epoch)
+                last = self.epoch_metrics(epoch, time.perf_counter())
+                keep = epoch % self.cfg.checkpoint_every == 0 or epoch == self.cfg.epochs
+                log.info("epoch %d/%d val_acc=%.4f val_loss=%.4f train_loss=%.4f %.0f samples/s", epoch,
+                         self.cfg.epochs, last["val_acc"], last["val_loss"], last["train_loss"],
+                         last["samples_per_s"])
+                self.report(last, epoch, keep)
+        finally:
+            if self.profiler is not None:
+                self.profiler.close()
         return last
 
 

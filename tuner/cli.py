@@ -27,6 +27,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="override a setting: train.lr=0.1, budget.num_samples=4, or a bare training setting")
     r.add_argument("--allow-no-auth", action="store_true",
                    help="start a local Ray even though RAY_AUTH_MODE=disabled is set (not recommended)")
+    r.add_argument("--profile", action="store_true",
+                   help="profile 5 steps of the first trial (train.profile=true): EXP_DIR/profiles/trace.json")
     v = sub.add_parser("validate", help="report every problem in an experiment file; exit 1 if any")
     v.add_argument("file")
     v.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
@@ -47,6 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("config", help="YAML of training settings")
     t.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a training setting")
     t.add_argument("--out", default=None, help="folder for per-epoch checkpoints")
+    t.add_argument("--profile", action="store_true",
+                   help="profile 5 steps: trace.json and top_ops.txt in profile_dir (default OUT/profiles or ./profiles)")
     return p
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from pathlib import Path
 from typing import Any
 
 from trainables.checkpoint import CheckpointError
@@ -46,7 +47,7 @@ def cmd_validate(args) -> int:
 def cmd_run(args) -> int:
     from .config import load
     from .run import run_experiment
-    exp = load(args.file, args.set)  # validation first: nothing starts on error
+    exp = load(args.file, args.set + (["train.profile=true"] if args.profile else []))  # nothing starts on error
     return _print_summary(run_experiment(exp, args.address, allow_no_auth=args.allow_no_auth))
 
 
@@ -112,7 +113,9 @@ def cmd_train(args) -> int:
     from trainables.loop import train_loop
     from trainables.session import PlainSession
     from .config import load_train_config
-    cfg = load_train_config(args.config, args.set)
+    cfg = load_train_config(args.config, args.set + (["profile=true"] if args.profile else []))
+    if cfg.profile and not cfg.profile_dir:
+        cfg = cfg.replace(profile_dir=str(Path(args.out or ".") / "profiles"))
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
     session = PlainSession(cfg.device, storage=args.out)
     m = train_loop(cfg, session)

@@ -116,6 +116,8 @@ class Experiment(BaseModel):
         cfg.update(epochs=self.budget.max_epochs, workers=self.resources.workers)
         if self.resources.gpus_per_worker == 0 and cfg["device"] == "auto":
             cfg["device"] = "cpu"
+        if cfg["profile"] and not cfg["profile_dir"]:
+            cfg["profile_dir"] = str(self.exp_dir / "profiles")
         return cfg
 
 
