@@ -70,3 +70,33 @@ def test_pareto_selection():
     assert select(exp, rows).trial_id == "best"
     assert select(exp, rows, "epoch_s:min").trial_id == "fast"
     assert select(exp, rows, "trial:mid").trial_id == "mid"
+
+
+def test_a_restored_searcher_reopens_its_journal_where_the_folder_is_now(tmp_path):
+    import shutil
+
+    import optuna
+    from tuner.searcher import JOURNAL, journal_storage
+    old = tmp_path / "old"
+    old.mkdir()
+    s = FidelityOptunaSearch(metric="val_acc", mode="max", seed=0, max_epochs=3, study_name="exp",
+                             storage=journal_storage(old / JOURNAL))
+    s.set_search_properties(None, None, {"lr": tune.loguniform(1e-3, 1.0)})
+    run(s, "a", 3)
+    s.suggest("b")                                   # running when Tune took its snapshot
+    s.save(str(old / "searcher-state.pkl"))
+    s.suggest("c")                                   # suggested after the snapshot; then the driver died
+    shutil.copytree(old, tmp_path / "moved")
+    restored = FidelityOptunaSearch(max_epochs=3)
+    restored.restore(str(tmp_path / "moved" / "searcher-state.pkl"))
+    run(restored, "d", 3)
+    moved = optuna.load_study(study_name="exp", storage=journal_storage(tmp_path / "moved" / JOURNAL))
+    untouched = optuna.load_study(study_name="exp", storage=journal_storage(old / JOURNAL))
+    # The study went on in the moved folder's journal; the old one was left as it was.
+    assert [t.state for t in moved.trials] == [TrialState.COMPLETE, TrialState.RUNNING, TrialState.FAIL,
+                                               TrialState.COMPLETE]
+    assert [t.state for t in untouched.trials] == [TrialState.COMPLETE, TrialState.RUNNING, TrialState.RUNNING]
+    # "b" still has its Tune trial (resumed): it is told when that trial ends.
+    restored.on_trial_complete("b", {"epoch": 3, "status": "ok", "val_acc": 0.5})
+    assert optuna.load_study(study_name="exp", storage=journal_storage(tmp_path / "moved" / JOURNAL)).trials[1].state \
+        == TrialState.COMPLETE

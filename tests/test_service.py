@@ -80,6 +80,40 @@ def test_optuna_study_holds_pruned_complete_and_failed(small_run):
     assert not any(t.state == TrialState.RUNNING for t in study.trials)
 
 
+def test_the_study_journal_opens_with_optuna_alone(small_run):
+    import optuna
+    from tuner.searcher import JOURNAL, journal_storage
+    exp, _ = small_run
+    study = optuna.load_study(study_name=exp.name, storage=journal_storage(exp.exp_dir / JOURNAL))
+    restored = _study(exp)
+    # What optuna-dashboard shows is what the searcher knows: every trial, in its final state.
+    assert [(t.number, t.state, t.params) for t in study.trials] == \
+        [(t.number, t.state, t.params) for t in restored.trials]
+    assert len(study.trials) == 9 and not any(t.state == optuna.trial.TrialState.RUNNING for t in study.trials)
+
+
+def test_each_trial_folder_holds_one_tensorboard_run_with_our_tags_and_hparams(small_run):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tuner.tensorboard import TAGS
+    exp, _ = small_run
+    folders = sorted(p.parent for p in exp.exp_dir.glob("*/result.json"))
+    assert len(folders) == 9
+    expected = {TAGS[k] for k in ("train_loss", "train_acc", "val_loss", "val_acc", "lr", "samples_per_s", "sparsity")}
+    expected |= {f"hparam/{exp.metric}", "hparam/epoch"}   # the HParams tab's metrics, at the trial's end
+    for folder in folders:
+        assert not [p for p in folder.iterdir() if p.is_dir() and not p.name.startswith("checkpoint_")], \
+            list(folder.iterdir())                  # no timestamped hparams subfolder
+        acc = EventAccumulator(str(folder))
+        acc.Reload()
+        assert set(acc.Tags()["scalars"]) == expected, acc.Tags()["scalars"]   # no ray/tune/* duplicates
+        epochs = [json.loads(line)["epoch"] for line in (folder / "result.json").read_text().splitlines()]
+        assert [e.step for e in acc.Scalars("val/acc")] == epochs
+        from tensorboard.plugins.hparams.plugin_data_pb2 import HParamsPluginData
+        content = acc.PluginTagToContent("hparams")["_hparams_/session_start_info"]
+        hparams = HParamsPluginData.FromString(content).session_start_info.hparams
+        assert set(hparams) == set(exp.search), set(hparams)   # the searched settings, nothing else
+
+
 def test_diverged_trial_reports_a_finite_worst_value(small_run):
     exp, _ = small_run
     diverged = [r for r in _results(exp) if r.status == "diverged"]

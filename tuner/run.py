@@ -111,12 +111,15 @@ def build_tuner(exp: Experiment, concurrency: int):
     from ray import tune
     from ray.tune.schedulers import ASHAScheduler
 
-    from .searcher import FidelityOptunaSearch
+    from .searcher import JOURNAL, FidelityOptunaSearch, journal_storage
+    from .tensorboard import TrialTensorBoard
     from .space import param_space
     multi = exp.second_objective is not None
     # One objective: Tune hands metric/mode to the searcher and scheduler (and shows the
     # metric in its trial table).  Two: the searcher gets both, ASHA stops on the first.
+    exp.exp_dir.mkdir(parents=True, exist_ok=True)
     searcher = FidelityOptunaSearch(metric=exp.metrics if multi else None, mode=exp.modes if multi else None,
+                                    storage=journal_storage(exp.exp_dir / JOURNAL), study_name=exp.name,
                                     seed=exp.seed, max_epochs=exp.budget.max_epochs)
     scheduler = ASHAScheduler(time_attr="epoch", metric=exp.metric if multi else None,
                               mode=exp.mode if multi else None, max_t=exp.budget.max_epochs,
@@ -132,7 +135,8 @@ def build_tuner(exp: Experiment, concurrency: int):
             name=exp.name, storage_path=str(exp.exp_dir.parent),
             checkpoint_config=tune.CheckpointConfig(num_to_keep=KEEP_BEST, checkpoint_score_attribute=exp.metric,
                                                     checkpoint_score_order=exp.mode),  # best two + latest
-            failure_config=tune.FailureConfig(max_failures=1), verbose=1),
+            failure_config=tune.FailureConfig(max_failures=1), verbose=1,
+            callbacks=[TrialTensorBoard(list(exp.search), exp.metric)]),
     )
 
 
@@ -212,6 +216,7 @@ def run_experiment(exp: Experiment, address: str | None = None, echo: Callable[[
     _save_experiment(exp)
     echo(f"experiment {exp.name}: {exp.budget.num_samples} trials, up to {concurrency} at once, "
          f"ASHA over {exp.budget.max_epochs} epochs; results in {exp.exp_dir}")
+    echo(f"watch: tensorboard --logdir {exp.exp_dir}")
     return summarize(exp, _fit(exp, build_tuner(exp, concurrency), session_dir))
 
 
@@ -226,6 +231,8 @@ def resume_experiment(exp_dir: str | Path, address: str | None = None, echo: Cal
     fitting_concurrency(exp, ray.cluster_resources())
     if not tune.Tuner.can_restore(str(exp.exp_dir)):
         raise ExperimentError(str(exp_dir), ["no Tune state to resume from in this folder"])
+    from .searcher import EXPERIMENT_DIR_ENV
+    os.environ[EXPERIMENT_DIR_ENV] = str(exp.exp_dir)  # where the searcher's journal is now
     tuner = tune.Tuner.restore(str(exp.exp_dir), trainable=trainable_for(exp), resume_unfinished=True,
                                resume_errored=True)
     echo(f"resuming {exp.exp_dir}")

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import logging
 import math
+import os
+from pathlib import Path
 from typing import Any
 
 import optuna
@@ -18,6 +20,16 @@ from optuna.trial import TrialState
 from ray.tune.search.optuna import OptunaSearch
 
 log = logging.getLogger(__name__)
+
+JOURNAL = "optuna-journal.log"  # the study, in the experiment folder: `optuna-dashboard` reads it
+# Set by `resume` to the experiment folder where it is now: Tune restores the searcher from a
+# staging copy of its snapshot, so the snapshot's own folder does not say where the journal is.
+EXPERIMENT_DIR_ENV = "TUNER_EXPERIMENT_DIR"
+
+
+def journal_storage(path: str | Path) -> optuna.storages.JournalStorage:
+    from optuna.storages.journal import JournalFileBackend
+    return optuna.storages.JournalStorage(JournalFileBackend(str(path)))
 
 
 def _finite(v: Any) -> bool:
@@ -34,6 +46,28 @@ class FidelityOptunaSearch(OptunaSearch):
     @property
     def study(self) -> optuna.Study:
         return self._ot_study
+
+    def restore(self, checkpoint_path: str) -> None:
+        """Tune's snapshot of the searcher, with its study re-opened from the journal in the
+        experiment folder where it is now (it may have moved), and the study trials a killed
+        driver left RUNNING without a Tune trial told FAIL."""
+        super().restore(checkpoint_path)
+        if not isinstance(self._storage, optuna.storages.JournalStorage):
+            return
+        folder = os.environ.get(EXPERIMENT_DIR_ENV) or Path(checkpoint_path).parent
+        journal = Path(folder) / JOURNAL
+        if not journal.is_file():
+            raise FileNotFoundError(f"{journal}: the experiment's Optuna journal is missing; "
+                                    "resume needs the whole experiment folder")
+        self._storage = journal_storage(journal)
+        self._ot_study = optuna.load_study(study_name=self._study_name, storage=self._storage,
+                                           sampler=self._ot_study.sampler)
+        self._ot_trials = {tid: optuna.trial.Trial(self._ot_study, t._trial_id) for tid, t in self._ot_trials.items()}
+        tracked = {t._trial_id for t in self._ot_trials.values()}
+        for t in self._ot_study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            if t._trial_id not in tracked:
+                self._ot_study.tell(t.number, state=TrialState.FAIL)
+                log.info("study trial %d had no Tune trial after the restart: told FAIL", t.number)
 
     def _objectives(self) -> list[str]:
         return list(self._metric) if isinstance(self._metric, list) else [self._metric]

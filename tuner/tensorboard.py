@@ -1,0 +1,75 @@
+"""TensorBoard files per trial, with our own tags, written by the driver.
+
+A subclass of Ray's TBXLoggerCallback, so Tune does not add its own (one writer per trial
+folder: two would show each trial twice) while it still adds the CSV and JSON loggers that
+`result.json`, `progress.csv` and the results API rely on.  The driver writes into the trial
+folders of the experiment, so the files are in the storage path wherever the trial ran.
+`tensorboard --logdir EXP_DIR` shows one run per trial.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ray.tune.logger import TBXLoggerCallback
+
+# Reported metric -> TensorBoard tag.
+TAGS = {
+    "train_loss": "train/loss", "train_acc": "train/acc",
+    "val_loss": "val/loss", "val_acc": "val/acc",
+    "test_loss": "test/loss", "test_acc": "test/acc",
+    "lr": "lr", "samples_per_s": "throughput/samples_per_s", "sparsity": "sparsity",
+    "gpu_util": "gpu/utilization", "gpu_mem_peak_gib": "gpu/memory_peak_gib",
+}
+
+
+def _number(v: Any) -> float | None:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        return None
+    return float(v)
+
+
+def _hparam(v: Any) -> Any:
+    return v if isinstance(v, (int, float, str, bool)) else str(v)
+
+
+class TrialTensorBoard(TBXLoggerCallback):
+    """Scalars under TAGS at step = epoch; the searched settings and the final metric through
+    the HParams plugin when the trial ends."""
+
+    def __init__(self, searched: list[str], metric: str):
+        from torch.utils.tensorboard import SummaryWriter  # the `tensorboard` dependency, not tensorboardX
+        self._summary_writer_cls = SummaryWriter
+        self._trial_writer: dict = {}
+        self._trial_result: dict = {}
+        self.searched, self.metric = list(searched), metric
+
+    def log_trial_start(self, trial) -> None:
+        if trial in self._trial_writer:
+            self._trial_writer[trial].close()
+        trial.init_local_path()
+        self._trial_writer[trial] = self._summary_writer_cls(trial.local_path, flush_secs=30)
+        self._trial_result[trial] = {}
+
+    def log_trial_result(self, iteration: int, trial, result: dict) -> None:
+        if trial not in self._trial_writer:
+            self.log_trial_start(trial)
+        writer, step = self._trial_writer[trial], int(result.get("epoch", iteration))
+        for key, tag in TAGS.items():
+            value = _number(result.get(key))
+            if value is not None:
+                writer.add_scalar(tag, value, global_step=step)
+        writer.flush()
+        self._trial_result[trial] = result
+
+    def log_trial_end(self, trial, failed: bool = False) -> None:
+        writer = self._trial_writer.pop(trial, None)
+        result = self._trial_result.pop(trial, {})
+        if writer is None:
+            return
+        params = {k: _hparam(trial.config.get(k)) for k in self.searched if k in trial.config}
+        final = _number(result.get(self.metric))
+        if params and final is not None:
+            writer.add_hparams(params, {f"hparam/{self.metric}": final, "hparam/epoch": float(result.get("epoch", 0))},
+                               run_name=".")
+        writer.close()
