@@ -215,9 +215,10 @@ class _Trial:
         log.info("resumed from %s at epoch %d", folder, self.start_epoch)
 
     def save(self, folder: str, epoch: int, metrics: dict[str, Any]) -> None:
+        weights = self.model.state_dict()
         ckpt_io.save(f"{folder}/{ckpt_io.FILENAME}", {
-            "model": self.model.state_dict(),
-            "weights_sha256": ckpt_io.weights_sha256(self.model.state_dict()),
+            "model": weights,
+            "weights_sha256": ckpt_io.weights_sha256(weights),
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
             "scaler": self.step.scaler.state_dict() if self.step.scaler is not None else None,

@@ -38,18 +38,13 @@ class TrialTensorBoard(TBXLoggerCallback):
     the HParams plugin when the trial ends."""
 
     def __init__(self, searched: list[str], metric: str):
-        from torch.utils.tensorboard import SummaryWriter  # the `tensorboard` dependency, not tensorboardX
+        # Not super().__init__(): it requires tensorboardX.  Ray's log_trial_start opens each
+        # trial's writer with this class: torch's, from the `tensorboard` dependency.
+        from torch.utils.tensorboard import SummaryWriter
         self._summary_writer_cls = SummaryWriter
         self._trial_writer: dict = {}
         self._trial_result: dict = {}
         self.searched, self.metric = list(searched), metric
-
-    def log_trial_start(self, trial) -> None:
-        if trial in self._trial_writer:
-            self._trial_writer[trial].close()
-        trial.init_local_path()
-        self._trial_writer[trial] = self._summary_writer_cls(trial.local_path, flush_secs=30)
-        self._trial_result[trial] = {}
 
     def log_trial_result(self, iteration: int, trial, result: dict) -> None:
         if trial not in self._trial_writer:
