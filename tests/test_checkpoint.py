@@ -174,3 +174,25 @@ def test_kept_checkpoints_are_listed_newest_first(tmp_path):
     assert [os.path.basename(p) for p in kept_beside(tmp_path / "train" / "checkpoint_2026-12-03_01-02-09.000002")] \
         == ["checkpoint_2026-12-03_01-02-03.000001"]
     assert kept_beside(None) == [] and kept_beside(tmp_path / "gone") == []
+
+
+def test_ranks_that_resumed_from_different_epochs_stop_with_a_clear_error(monkeypatch):
+    from types import SimpleNamespace
+
+    from trainables import loop
+    # What the all-reduce gives when rank 0 resumed at epoch 3 and rank 1 at epoch 2.
+    monkeypatch.setattr(loop, "_all_reduce", lambda values, device: [3.0 + 2.0, 9.0 + 4.0])
+    trial = SimpleNamespace(start_epoch=3, device="cpu", session=SimpleNamespace(world_size=2, rank=0))
+    with pytest.raises(ck.CheckpointError, match="resumed from different checkpoints"):
+        loop._agree_on_start(trial)
+    monkeypatch.setattr(loop, "_all_reduce", lambda values, device: [3.0 + 3.0, 9.0 + 9.0])
+    loop._agree_on_start(trial)   # both at epoch 3: goes on
+
+
+def test_a_ray_checkpoint_on_a_local_disk_is_read_in_place(tmp_path):
+    from types import SimpleNamespace
+
+    from trainables.session import local_folder
+    assert local_folder(SimpleNamespace(path=str(tmp_path))) == str(tmp_path)
+    copied = SimpleNamespace(path="s3://bucket/run/checkpoint_1", to_directory=lambda: "/tmp/copy")
+    assert local_folder(copied) == "/tmp/copy" and local_folder(None) is None

@@ -240,8 +240,9 @@ def _start_run(spec: Path, ray_address: str) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
-def _wait_until(proc: subprocess.Popen, ready, wait_s: float = 300):
-    """Poll ready() until it returns something truthy (returned); fails if `proc` ends first."""
+def _wait_until(proc: subprocess.Popen, ready, wait_s: float = 300, show=lambda: ""):
+    """Poll ready() until it returns something truthy (returned); fails if `proc` ends first.
+    show() says what the test saw, for the failure message."""
     deadline = time.time() + wait_s
     while time.time() < deadline:
         got = ready()
@@ -251,7 +252,8 @@ def _wait_until(proc: subprocess.Popen, ready, wait_s: float = 300):
             pytest.fail(f"`tuner run` ended (rc {proc.returncode}) before the awaited state:\n"
                         + proc.stdout.read()[-3000:])
         time.sleep(0.2)
-    pytest.fail(f"the awaited state did not come within {wait_s} s")
+    proc.kill()
+    pytest.fail(f"the awaited state did not come within {wait_s} s; {show()}\n" + proc.communicate()[0][-4000:])
 
 
 def _interrupt(proc: subprocess.Popen) -> tuple[str, float]:
@@ -348,7 +350,9 @@ def test_a_killed_train_worker_and_a_ctrl_c_both_resume_the_ddp_trial_from_its_l
         # The restarted group writes new pid files; only then may epoch 3 start.
         _wait_until(proc, lambda: int((faults / "rank1.pid").read_text()) != victim)
         (faults / "hold").write_text("4")
-        _wait_until(proc, _held_at(exp_dir, 4))
+        _wait_until(proc, _held_at(exp_dir, 4), show=lambda: (
+            f"epochs {_epochs_by_trial(exp_dir)}, Train checkpoints {sorted(_train_checkpoints(exp_dir))}, "
+            f"fault files {sorted(p.name for p in faults.iterdir())}"))
         out, took = _interrupt(proc)
     finally:
         proc.kill()

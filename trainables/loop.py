@@ -348,6 +348,18 @@ def restore_newest_good(trial: _Trial, folders: list[str]) -> str:
     raise ckpt_io.CheckpointError("no intact checkpoint to resume from: " + "; ".join(problems))
 
 
+def _agree_on_start(trial: _Trial) -> None:
+    """Every rank resumed from the same epoch, or none goes on: ranks at different epochs would
+    run different collectives and wait on each other for ever."""
+    world = trial.session.world_size
+    if world <= 1:
+        return
+    total, squares = _all_reduce([float(trial.start_epoch), float(trial.start_epoch) ** 2], trial.device)
+    if squares * world != total * total:
+        raise ckpt_io.CheckpointError(f"the ranks resumed from different checkpoints (rank {trial.session.rank} "
+                                      f"at epoch {trial.start_epoch}); check the run's checkpoint folders")
+
+
 def final_report(session: Session, status: str, epoch: int, reason: str) -> dict[str, Any]:
     """The last report of a trial that cannot go on: finite worst values, never NaN."""
     metrics = {"epoch": epoch, "status": status, "reason": reason, "train_loss": WORST_LOSS,
@@ -372,6 +384,7 @@ def train_loop(config: TrainConfig | dict, session: Session | None = None) -> di
         resume = session.get_checkpoint()
         if resume:
             restore_newest_good(trial, [resume, *session.earlier_checkpoints()])
+            _agree_on_start(trial)
         return trial.run()
     except DivergedError as e:
         epoch = _current_epoch(trial)

@@ -7,6 +7,7 @@ import Ray lazily, so the rest of trainables/ runs where Ray is not installed.
 """
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -37,6 +38,18 @@ class Session:
         """The other kept checkpoints of this trial, newest first: where to go when the latest
         one is corrupt."""
         return []
+
+
+def local_folder(ckpt) -> str | None:
+    """A Ray checkpoint as a folder to read: in place when it is on a local or mounted file
+    system (every rank reads the same files, no copy), else a copy.  Ray copies every rank's
+    request into one temp folder per checkpoint, and a rank could read the copy while another
+    was still writing it (seen as a "corrupt" checkpoint on one rank only)."""
+    if ckpt is None:
+        return None
+    if os.path.isdir(ckpt.path):
+        return ckpt.path
+    return ckpt.to_directory()
 
 
 def kept_beside(path: str | Path | None) -> list[str]:
@@ -92,7 +105,7 @@ class TuneSession(Session):
     def get_checkpoint(self):
         from ray import tune
         ckpt = tune.get_checkpoint()
-        return ckpt.to_directory() if ckpt is not None else None
+        return local_folder(ckpt)
 
     def earlier_checkpoints(self):
         from ray import tune
@@ -117,7 +130,7 @@ class TrainSession(Session):
     def get_checkpoint(self):
         import ray.train
         ckpt = ray.train.get_checkpoint()
-        return ckpt.to_directory() if ckpt is not None else None
+        return local_folder(ckpt)
 
     def earlier_checkpoints(self):
         import ray.train
