@@ -2,6 +2,7 @@
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -511,3 +512,49 @@ def test_out_of_memory_records_the_config_as_infeasible_and_the_search_goes_on(r
     assert all(reason in t.metrics["reason"] for t in rows), [t.metrics["reason"] for t in rows]
     from optuna.trial import TrialState
     assert [t.state for t in _study(exp).trials] == [TrialState.FAIL] * samples
+
+
+def test_quickstart_console_is_quiet_and_names_each_trial_event(ray_address, tmp_path):
+    # The quickstart as shipped, with two steps per epoch to keep it short; piped, not a TTY.
+    r = _cli("run", "search_spaces/quickstart.yaml", "--address", ray_address, "--set", f"storage_path={tmp_path}",
+             "--set", "train.max_steps_per_epoch=2", "--set", f"train.cache_dir={tmp_path / 'cache'}")
+    assert r.returncode == 0, r.stderr[-3000:]
+    lines = (r.stdout + r.stderr).splitlines()
+    assert len(lines) < 80, "\n".join(lines)
+    text = "\n".join(lines)
+    for chatter in ("╭", "Trial status", "INFO", "A new study created", "driver_artifacts", "Current best trial"):
+        assert chatter not in text, chatter
+    exp_dir = tmp_path / "quickstart"
+    assert f"tensorboard --logdir {exp_dir}" in text
+    ended = [ln for ln in lines if re.search(r"\] trial \w+ (stopped by ASHA at epoch \d|finished 9 epochs)", ln)]
+    assert len([ln for ln in lines if re.search(r"\] trial \w+ started \| lr=", ln)]) == 12
+    assert len(ended) == 12 and ended[-1].startswith("[12/12 done ") and all("(best " in ln for ln in ended)
+    best = next(ln for ln in lines if ln.startswith("best val_acc"))
+    assert re.fullmatch(r"best val_acc = [\d.]+ at epoch \d+: lr=\S+ micro_batch_size=\d+ weight_decay=\S+ "
+                        r"label_smoothing=\S+ optimizer=(sgd|adamw)", best), best
+
+
+def test_an_errored_trial_is_named_with_its_error_file_in_the_console_and_status(ray_address, tmp_path):
+    spec = tmp_path / "err.yaml"
+    spec.write_text(f"""
+name: err
+storage_path: {tmp_path / 'runs'}
+metric: val_acc
+mode: max
+budget: {{num_samples: 1, max_epochs: 2, grace_epochs: 1, reduction_factor: 3}}
+resources: {{workers: 1, cpus_per_worker: 1}}
+train: {{dataset: cifar10, data_root: {tmp_path / 'empty'}, cache_dir: {tmp_path / 'cache'}, model: convnet}}
+search:
+  lr: {{type: loguniform, low: 1.0e-3, high: 0.3}}
+""")
+    (tmp_path / "empty").mkdir()
+    r = _cli("run", str(spec), "--address", ray_address)
+    out = r.stdout + r.stderr
+    assert "Traceback" not in out, out[-3000:]
+    err = [ln for ln in out.splitlines() if re.search(r"\] trial \w+ errored \| ", ln)]
+    assert len(err) == 1 and "DataError: CIFAR-10 not found" in err[0], out[-3000:]
+    path = Path(err[0].rsplit("error file: ", 1)[1])
+    assert path.is_file() and path.parent.parent == tmp_path / "runs" / "err"   # inside the experiment folder
+    s = _cli("status", str(tmp_path / "runs" / "err"))
+    assert s.returncode == 0, s.stderr
+    assert "error: trainables.data.DataError: CIFAR-10 not found" in s.stdout and f"error file: {path}" in s.stdout

@@ -27,6 +27,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="override a setting: train.lr=0.1, budget.num_samples=4, or a bare training setting")
     r.add_argument("--allow-no-auth", action="store_true",
                    help="start a local Ray even though RAY_AUTH_MODE=disabled is set (not recommended)")
+    r.add_argument("--verbose", action="store_true",
+                   help="also Tune's trial boxes and status tables, and Ray's and Optuna's INFO lines")
     r.add_argument("--profile", action="store_true",
                    help="profile 5 steps of the first trial (train.profile=true): EXP_DIR/profiles/trace.json")
     v = sub.add_parser("validate", help="report every problem in an experiment file; exit 1 if any")
@@ -39,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     re_.add_argument("exp_dir")
     re_.add_argument("--address", default=None)
     re_.add_argument("--allow-no-auth", action="store_true", help="as for run")
+    re_.add_argument("--verbose", action="store_true", help="Ray's and Optuna's INFO lines")
     e = sub.add_parser("export", help="best config, checkpoint, weights, torch.export and TorchScript models")
     e.add_argument("exp_dir")
     e.add_argument("--out", required=True, help="folder to write (must be empty unless --force)")

@@ -13,6 +13,7 @@ from trainables.config import ConfigError
 from trainables.preflight import PreflightError
 
 from .config import ExperimentError
+from .text import params_text, sig4
 
 
 
@@ -48,7 +49,8 @@ def cmd_run(args) -> int:
     from .config import load
     from .run import run_experiment
     exp = load(args.file, args.set + (["train.profile=true"] if args.profile else []))  # nothing starts on error
-    return _print_summary(run_experiment(exp, args.address, allow_no_auth=args.allow_no_auth))
+    return _print_summary(run_experiment(exp, args.address, allow_no_auth=args.allow_no_auth,
+                                         verbose=args.verbose))
 
 
 def _print_summary(summary: dict[str, Any]) -> int:
@@ -58,7 +60,7 @@ def _print_summary(summary: dict[str, Any]) -> int:
     if summary["errors"]:
         print(f"{len(summary['errors'])} trial(s) errored, first: {summary['errors'][0]}")
     if best:
-        print(f"best {best['metric']} = {best['value']:.4f} at epoch {best['epoch']} with {best['params']}")
+        print(f"best {best['metric']} = {sig4(best['value'])} at epoch {best['epoch']}: {params_text(best['params'])}")
     if summary["unfinished"]:
         print(f"{len(summary['unfinished'])} trial(s) unfinished; continue with: python -m tuner resume {d}")
     print(f"next: python -m tuner status {d}\n      python -m tuner export {d} --out best/")
@@ -67,7 +69,8 @@ def _print_summary(summary: dict[str, Any]) -> int:
 
 def cmd_resume(args) -> int:
     from .run import resume_experiment
-    return _print_summary(resume_experiment(args.exp_dir, args.address, allow_no_auth=args.allow_no_auth))
+    return _print_summary(resume_experiment(args.exp_dir, args.address, allow_no_auth=args.allow_no_auth,
+                                            verbose=args.verbose))
 
 
 def cmd_status(args) -> int:
@@ -83,7 +86,8 @@ def cmd_status(args) -> int:
         print(json.dumps({"experiment": exp.name, "metric": exp.metric, "mode": exp.mode,
                           "best": best.trial_id if best else None,
                           "trials": [{"trial_id": r.trial_id, "state": r.state, "status": r.status, "epoch": r.epoch,
-                                      "reason": r.metrics.get("reason"),
+                                      "reason": r.metrics.get("reason"), "error": r.error or None,
+                                      "error_file": r.error_file or None,
                                       exp.metric: r.metrics.get(exp.metric), "params": r.params} for r in rows]},
                          default=str, indent=1))
         return 0
@@ -91,13 +95,15 @@ def cmd_status(args) -> int:
     print(f"{'trial':12s} {'state':11s} {'status':10s} {'epoch':>5s} {exp.metric:>10s}  params")
     for r in rows:
         v = r.metrics.get(exp.metric)
-        vs = f"{v:10.4f}" if isinstance(v, (int, float)) else f"{'-':>10s}"
         mark = " *" if best and r.trial_id == best.trial_id else ""
-        print(f"{r.trial_id:12s} {r.state:11s} {r.status or '-':10s} {r.epoch:5d} {vs}  {r.params}{mark}")
+        print(f"{r.trial_id:12s} {r.state:11s} {r.status or '-':10s} {r.epoch:5d} {sig4(v) if v is not None else '-':>10s}"
+              f"  {params_text(r.params)}{mark}")
         if r.status not in ("", "ok") and r.metrics.get("reason"):
             print(f"{'':12s} reason: {r.metrics['reason']}")
+        if r.error:
+            print(f"{'':12s} error: {r.error}\n{'':12s} error file: {r.error_file}")
     if best:
-        print(f"best (*): {best.trial_id} {exp.metric}={best.metrics.get(exp.metric):.4f}")
+        print(f"best (*): {best.trial_id} {exp.metric}={sig4(best.metrics.get(exp.metric))}")
     return 0
 
 

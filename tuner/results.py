@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from .config import Experiment, ExperimentError
@@ -18,6 +19,8 @@ class TrialRow:
     params: dict[str, Any]
     config: dict[str, Any]
     checkpoint: str | None  # folder holding checkpoint.pt
+    error: str = ""         # an errored trial's error (last line of its error file)
+    error_file: str = ""    # that file, inside the experiment folder
 
 
 def _checkpoint_of(trial) -> str | None:
@@ -28,6 +31,14 @@ def _checkpoint_of(trial) -> str | None:
     return path
 
 
+def _error_of(trial) -> tuple[str, str]:
+    path = Path(trial.path) / "error.txt" if trial.path else None
+    if path is None or not path.is_file():
+        return "", ""
+    lines = [ln.strip() for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
+    return (lines[-1] if lines else "(empty error file)"), str(path)
+
+
 def trials(exp: Experiment) -> list[TrialRow]:
     from ray.tune import ExperimentAnalysis
     analysis = ExperimentAnalysis(str(exp.exp_dir))
@@ -35,7 +46,8 @@ def trials(exp: Experiment) -> list[TrialRow]:
     for t in analysis.trials:
         last = dict(t.last_result or {})
         rows.append(TrialRow(t.trial_id, t.status, str(last.get("status", "")), int(last.get("epoch", 0) or 0), last,
-                             {k: t.config.get(k) for k in exp.search}, dict(t.config), _checkpoint_of(t)))
+                             {k: t.config.get(k) for k in exp.search}, dict(t.config), _checkpoint_of(t),
+                             *_error_of(t)))
     return rows
 
 

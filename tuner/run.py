@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import stat
@@ -30,11 +31,14 @@ class ClusterError(RuntimeError):
 
 
 def connect(address: str | None, exp: Experiment, echo: Callable[[str], None] = print,
-            allow_no_auth: bool = False) -> str | None:
+            allow_no_auth: bool = False, verbose: bool = False) -> str | None:
     """Join `address` / RAY_ADDRESS, or start an embedded local Ray with its dashboard on
     127.0.0.1 (token authentication stays on; refused when the environment turns it off,
     unless the user says so).  The session folder of a Ray started here, else None."""
     import ray
+
+    from .console import quiet_logs
+    quiet_logs(verbose)
     if ray.is_initialized():
         return None
     local = not (address or os.environ.get("RAY_ADDRESS"))
@@ -42,13 +46,14 @@ def connect(address: str | None, exp: Experiment, echo: Callable[[str], None] = 
         raise ClusterError("RAY_AUTH_MODE=disabled in the environment would start a local Ray whose dashboard, "
                            "jobs API and ports answer anyone who can reach them; unset it (token authentication "
                            "is the default) or pass --allow-no-auth to accept that")
+    log_level = logging.INFO if verbose else logging.WARNING
     for k, v in TRAIN_ENV.items():
         os.environ.setdefault(k, v)
     runtime_env = {"env_vars": {k: os.environ[k] for k in TRAIN_ENV}}
     address = address or os.environ.get("RAY_ADDRESS")
     if address:
         try:
-            ctx = ray.init(address=address, runtime_env=runtime_env, log_to_driver=False)
+            ctx = ray.init(address=address, runtime_env=runtime_env, log_to_driver=False, logging_level=log_level)
         except Exception as e:
             raise ClusterError(f"cannot connect to Ray at {address}: {e}") from None
         echo(f"connected to Ray at {address}")
@@ -61,7 +66,7 @@ def connect(address: str | None, exp: Experiment, echo: Callable[[str], None] = 
         os.environ.setdefault("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER", "0")
         runtime_env["env_vars"]["RAY_TRAIN_ENABLE_PREEMPTION_WATCHER"] = os.environ["RAY_TRAIN_ENABLE_PREEMPTION_WATCHER"]
         ctx = ray.init(address="local", num_cpus=cpus, include_dashboard=True, dashboard_host="127.0.0.1",
-                       runtime_env=runtime_env, log_to_driver=False)
+                       runtime_env=runtime_env, log_to_driver=False, logging_level=log_level)
         echo(f"started a local Ray ({cpus} logical CPUs)")
     url = getattr(ctx, "dashboard_url", None)
     if url:
@@ -107,7 +112,7 @@ def fitting_concurrency(exp: Experiment, cluster: dict[str, float]) -> int:
     return max(1, min(cap, exp.budget.num_samples))
 
 
-def build_tuner(exp: Experiment, concurrency: int):
+def build_tuner(exp: Experiment, concurrency: int, verbose: bool = False):
     from ray import tune
     from ray.tune.schedulers import ASHAScheduler
 
@@ -130,14 +135,27 @@ def build_tuner(exp: Experiment, concurrency: int):
         tune_config=tune.TuneConfig(metric=None if multi else exp.metric, mode=None if multi else exp.mode,
                                     search_alg=searcher, scheduler=scheduler, num_samples=exp.budget.num_samples,
                                     max_concurrent_trials=concurrency, time_budget_s=exp.budget.time_limit_s,
-                                    reuse_actors=True),
+                                    reuse_actors=True, trial_dirname_creator=trial_folder_name),
         run_config=tune.RunConfig(
             name=exp.name, storage_path=str(exp.exp_dir.parent),
             checkpoint_config=tune.CheckpointConfig(num_to_keep=KEEP_BEST, checkpoint_score_attribute=exp.metric,
                                                     checkpoint_score_order=exp.mode),  # best two + latest
-            failure_config=tune.FailureConfig(max_failures=1), verbose=1,
-            callbacks=[TrialTensorBoard(list(exp.search), exp.metric)]),
+            failure_config=tune.FailureConfig(max_failures=1), verbose=1 if verbose else 0,
+            callbacks=[TrialTensorBoard(list(exp.search), exp.metric), console_for(exp)]),
     )
+
+
+def trial_folder_name(trial) -> str:
+    """`trial_<id>`: short, and the id the console and `status` print (Tune's default name
+    strings every setting together)."""
+    return f"trial_{trial.trial_id}"
+
+
+def console_for(exp: Experiment):
+    from .console import Console
+    b = exp.budget
+    return Console(total=b.num_samples, metric=exp.metric, mode=exp.mode, searched=list(exp.search),
+                   max_epochs=b.max_epochs, grace_epochs=b.grace_epochs, reduction_factor=b.reduction_factor)
 
 
 def trainable_for(exp: Experiment):
@@ -202,7 +220,7 @@ def load_saved(exp_dir: str | Path) -> Experiment:
 
 
 def run_experiment(exp: Experiment, address: str | None = None, echo: Callable[[str], None] = print,
-                   allow_no_auth: bool = False):
+                   allow_no_auth: bool = False, verbose: bool = False):
     """Validate-then-run: refuses an existing experiment folder, checks that a trial fits."""
     import ray
     if (exp.exp_dir / EXPERIMENT_FILE).exists():
@@ -211,23 +229,23 @@ def run_experiment(exp: Experiment, address: str | None = None, echo: Callable[[
             "choose another name (--set name=NEW)"])
     preflight(exp)
     local_ray.end_leftovers(exp.exp_dir.parent, echo)
-    session_dir = connect(address, exp, echo, allow_no_auth)
+    session_dir = connect(address, exp, echo, allow_no_auth, verbose)
     concurrency = fitting_concurrency(exp, ray.cluster_resources())
     _save_experiment(exp)
     echo(f"experiment {exp.name}: {exp.budget.num_samples} trials, up to {concurrency} at once, "
          f"ASHA over {exp.budget.max_epochs} epochs; results in {exp.exp_dir}")
     echo(f"watch: tensorboard --logdir {exp.exp_dir}")
-    return summarize(exp, _fit(exp, build_tuner(exp, concurrency), session_dir))
+    return summarize(exp, _fit(exp, build_tuner(exp, concurrency, verbose), session_dir))
 
 
 def resume_experiment(exp_dir: str | Path, address: str | None = None, echo: Callable[[str], None] = print,
-                      allow_no_auth: bool = False):
+                      allow_no_auth: bool = False, verbose: bool = False):
     import ray
     from ray import tune
     exp = load_saved(exp_dir)
     preflight(exp)
     local_ray.end_leftovers(exp.exp_dir.parent, echo)
-    session_dir = connect(address, exp, echo, allow_no_auth)
+    session_dir = connect(address, exp, echo, allow_no_auth, verbose)
     fitting_concurrency(exp, ray.cluster_resources())
     if not tune.Tuner.can_restore(str(exp.exp_dir)):
         raise ExperimentError(str(exp_dir), ["no Tune state to resume from in this folder"])
@@ -239,9 +257,14 @@ def resume_experiment(exp_dir: str | Path, address: str | None = None, echo: Cal
     return summarize(exp, _fit(exp, tuner, session_dir))
 
 
+def _last_line(text: str) -> str:
+    """An error's last non-empty line: the exception itself, not Ray's wrapper."""
+    return next((ln.strip() for ln in reversed(text.splitlines()) if ln.strip()), text)
+
+
 def summarize(exp: Experiment, results) -> dict[str, Any]:
     """The best trial by the experiment's metric (last reported value), as plain values."""
-    errors = [str(r.error).splitlines()[0] for r in results if r.error]
+    errors = [_last_line(str(r.error)) for r in results if r.error]
     try:
         best = results.get_best_result(metric=exp.metric, mode=exp.mode, scope="last", filter_nan_and_inf=True)
     except RuntimeError:
@@ -250,7 +273,7 @@ def summarize(exp: Experiment, results) -> dict[str, Any]:
     unfinished = [t.trial_id for t in trials(exp) if t.state not in ("TERMINATED", "ERROR")]
     out = {"exp_dir": str(exp.exp_dir), "trials": len(results), "errors": errors, "unfinished": unfinished,
            "best": None}
-    if best is not None and best.metrics:
+    if best is not None and best.metrics and best.metrics.get(exp.metric) is not None:
         params = {k: best.config[k] for k in exp.search if k in best.config}
         out["best"] = {"metric": exp.metric, "value": best.metrics.get(exp.metric),
                        "epoch": best.metrics.get("epoch"), "params": params, "path": best.path}
