@@ -17,8 +17,10 @@ unset TRITON_INTERPRET   # compile the kernels for real
   echo "== gpu_check $(date -u +%FT%TZ) rev $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
   $PY -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
-  echo "== kernel and step tests, compiled (augment within 1 ulp in fp32)"
-  timeout 90 $PY -m pytest -q -p no:cacheprovider tests/test_kernels.py tests/test_step.py tests/test_gpu.py 2>&1 | tail -5
+  echo "== kernel and step tests, compiled (augment within 1 ulp in fp32); the step under"
+  echo "   torch.cuda.set_sync_debug_mode('warn') (at most one sync per sync_every steps); NVML figures"
+  timeout 90 $PY -m pytest -q -s -p no:cacheprovider tests/test_kernels.py tests/test_step.py tests/test_gpu.py \
+    tests/test_gpu_monitor.py 2>&1 | grep -E "gpu_util|passed|failed|error" | tail -8
   echo "== kernel benchmark"
   timeout 60 $PY benchmarks/kernels.py --json "$OUT/kernels.json"
   echo "== ResNet-18 training throughput"

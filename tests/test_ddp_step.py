@@ -114,3 +114,61 @@ def test_out_of_memory_on_one_rank_ends_the_step_on_every_rank(tmp_path):
     r0, r1 = _spawn(_oom_on_rank_one, tmp_path)   # a rank left waiting in a collective would hang here
     assert r1["raised"] == "injected: out of memory on rank 1"
     assert r0["raised"] and "other rank" in r0["raised"]
+
+
+def _fused_oom_on_rank_one_at_step_two(rank: int, model) -> dict:
+    calls = []
+
+    def loss(logits, y):  # rank 1 runs out of memory in its second step only
+        calls.append(1)
+        if rank == 1 and len(calls) == 2:
+            raise torch.OutOfMemoryError("injected: out of memory on rank 1")
+        return nn.functional.cross_entropy(logits, y)
+    step = TrainStep(model, torch.optim.SGD(model.parameters(), lr=0.5, fused=True), loss_fn=loss,
+                     device=torch.device("cpu"), sync_every=3)
+    g = torch.Generator().manual_seed(rank)
+    batch = [(torch.randn(3, 4, generator=g), torch.randint(0, 2, (3,), generator=g))]
+    out = {"raised_at": None, "raised": None}
+    weights = []
+    for i in range(1, 5):
+        try:
+            step(batch)
+        except torch.OutOfMemoryError as e:
+            out.update(raised_at=i, raised=str(e))
+            break
+        weights.append([p.detach().flatten().tolist() for p in model.parameters()])
+    out["weights"] = weights
+    return out
+
+
+@pytest.mark.timeout(60)
+def test_fused_step_out_of_memory_on_one_rank_ends_both_at_the_sync(tmp_path):
+    r0, r1 = _spawn(_fused_oom_on_rank_one_at_step_two, tmp_path)
+    assert r0["raised_at"] == r1["raised_at"] == 3          # the sync point, on every rank
+    assert r1["raised"] == "injected: out of memory on rank 1" and "other rank" in r0["raised"]
+    assert r0["weights"] == r1["weights"] and len(r0["weights"]) == 2
+    assert r0["weights"][0] == r0["weights"][1]             # step 2 was skipped on both ranks
+
+
+def _fused_nan_on_rank_zero(rank: int, model) -> dict:
+    def loss(logits, y):
+        base = nn.functional.cross_entropy(logits, y)
+        return base * float("nan") if rank == 0 else base
+    step = TrainStep(model, torch.optim.SGD(model.parameters(), lr=0.5, fused=True), loss_fn=loss,
+                     device=torch.device("cpu"), max_nonfinite_steps=2, sync_every=4)
+    before = [p.detach().flatten().tolist() for p in model.parameters()]
+    g = torch.Generator().manual_seed(rank)
+    batch = [(torch.randn(3, 4, generator=g), torch.randint(0, 2, (3,), generator=g))]
+    raised_at = None
+    for i in range(1, 6):
+        try:
+            step(batch)
+        except DivergedError:
+            raised_at = i
+            break
+    return {"raised_at": raised_at, "unchanged": before == [p.detach().flatten().tolist() for p in model.parameters()]}
+
+
+def test_fused_step_nonfinite_on_one_rank_skips_everywhere_and_both_give_up_at_the_sync(tmp_path):
+    r0, r1 = _spawn(_fused_nan_on_rank_zero, tmp_path)
+    assert r0 == r1 == {"raised_at": 4, "unchanged": True}

@@ -35,3 +35,33 @@ def test_train_loop_on_cuda_with_kernels(tmp_path):
     m = train_loop({"dataset": "digits", "cache_dir": str(tmp_path), "epochs": 2, "precision": "bf16",
                     "kernels": "auto", "flip": False, "crop_padding": 1}, PlainSession("cuda"))
     assert m["status"] == "ok" and m["val_acc"] > 0.5
+
+
+def test_the_step_does_not_wait_for_the_gpu_between_syncs():
+    import warnings
+    model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 4)).cuda()
+    step = TrainStep(model, torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, fused=True),
+                     loss_fn=nn.functional.cross_entropy, device=torch.device("cuda"), grad_clip=1.0, sync_every=8)
+    batch = [(torch.randn(16, 32, device="cuda"), torch.randint(0, 4, (16,), device="cuda"))]
+    step(batch)
+    step.sync()
+    torch.cuda.set_sync_debug_mode("warn")
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for _ in range(16):
+                step(batch)
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    syncs = [str(w.message) for w in caught if "synchroniz" in str(w.message).lower()]
+    assert len(syncs) <= 16 // 8, syncs
+
+
+def test_a_cuda_trial_reports_nvml_and_torch_memory_figures(tmp_path):
+    pytest.importorskip("pynvml", reason="nvidia-ml-py is not installed")
+    from trainables.loop import train_loop
+    from trainables.session import PlainSession
+    m = train_loop({"dataset": "digits", "cache_dir": str(tmp_path), "epochs": 1, "flip": False,
+                    "crop_padding": 1}, PlainSession("cuda"))
+    print({k: m[k] for k in m if k.startswith(("gpu_", "cuda_"))})
+    assert 0 <= m["gpu_util"] <= 100 and m["gpu_mem_total_gib"] > 1 and m["cuda_peak_allocated_gib"] > 0

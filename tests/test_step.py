@@ -96,3 +96,77 @@ def test_nonfinite_losses_skip_then_raise():
     with pytest.raises(DivergedError):
         step(batch)
     assert step.nonfinite_total == 3
+
+
+def fused_step(model, loss_fn=ce, **kw):
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, fused=True)
+    return TrainStep(model, opt, loss_fn=loss_fn, device=torch.device("cpu"), **kw)
+
+
+HOST_READS = ("item", "tolist", "__float__", "__int__", "__bool__", "__index__", "numpy", "cpu")
+
+
+@pytest.fixture
+def host_reads(monkeypatch):
+    """Counts every read of a tensor's value by Python code (on CUDA each one waits for the GPU)."""
+    count = []
+    for name in HOST_READS:
+        real = getattr(torch.Tensor, name)
+
+        def spy(self, *a, _real=real, **k):
+            count.append(1)
+            return _real(self, *a, **k)
+        monkeypatch.setattr(torch.Tensor, name, spy)
+    return count
+
+
+def test_the_fused_step_reads_the_host_once_per_sync_every_steps(host_reads):
+    torch.manual_seed(3)
+    step = fused_step(mlp(), sync_every=5, grad_clip=1.0)
+    batches = [[(torch.randn(4, 6), torch.randint(0, 3, (4,))) for _ in range(2)] for _ in range(20)]
+    host_reads.clear()
+    for group in batches:
+        step(group)
+    assert len(host_reads) == 20 // 5
+    t = step.epoch_totals()
+    assert len(host_reads) == 20 // 5 + 1
+    assert t["samples"] == 160 and t["counted"] == 160 and t["applied"] == 20 and t["norm_sum"] > 0
+
+
+def test_the_fused_step_matches_the_host_step():
+    torch.manual_seed(4)
+    batches = [[(torch.randn(5, 6), torch.randint(0, 3, (5,)))] for _ in range(6)]
+    a, b = mlp(), mlp()
+    host = TrainStep(a, torch.optim.SGD(a.parameters(), lr=0.1, momentum=0.9), loss_fn=ce, device=torch.device("cpu"))
+    dev = fused_step(b, sync_every=4)
+    for g in batches:
+        host(g)
+        dev(g)
+    ta, tb = host.epoch_totals(), dev.epoch_totals()
+    for k in ta:
+        assert math.isclose(ta[k], tb[k], rel_tol=1e-5), k
+    for p, q in zip(a.parameters(), b.parameters()):
+        torch.testing.assert_close(p, q, atol=1e-6, rtol=1e-5)
+
+
+def test_nonfinite_steps_are_skipped_on_the_device_and_counted_at_the_sync():
+    model = mlp()
+    bad = {"on": False}
+
+    def loss(logits, y):
+        return ce(logits, y) * (float("nan") if bad["on"] else 1.0)
+    step = fused_step(model, loss_fn=loss, sync_every=5, max_nonfinite_steps=3)
+    batch = [(torch.randn(4, 6), torch.randint(0, 3, (4,)))]
+    step(batch)
+    before = [p.detach().clone() for p in model.parameters()]
+    momentum = [step.optimizer.state[p]["momentum_buffer"].clone() for p in model.parameters()]
+    bad["on"] = True
+    step(batch), step(batch)
+    r = step(batch)                                  # three bad steps: no host read yet, no raise
+    assert not r.applied
+    for a, b, m in zip(before, model.parameters(), momentum):
+        assert torch.equal(a, b) and torch.equal(m, step.optimizer.state[b]["momentum_buffer"])
+    bad["on"] = False
+    with pytest.raises(DivergedError, match="3 consecutive"):
+        step(batch)                                  # step 5 is fine, but the sync sees the run of 3
+    assert step.nonfinite_total == 3

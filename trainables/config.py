@@ -114,6 +114,7 @@ class StepConfig:
     precision: str = "fp32"          # fp32 | bf16 | fp16 (fp16 needs CUDA)
     grad_clip: float = bounded(0.0, ge=0)           # max global grad norm; 0 = no clipping
     max_nonfinite_steps: int = bounded(5, ge=1)     # consecutive non-finite losses before giving up
+    sync_every: int = bounded(16, ge=1)             # steps between host reads of the device (counted there)
     kernels: str = "auto"            # auto (Triton on CUDA) | triton | torch
     max_steps_per_epoch: int = bounded(0, ge=0)     # cap optimizer steps per epoch; 0 = no cap
 

@@ -23,6 +23,7 @@ from torch import nn
 
 from . import checkpoint as ckpt_io
 from . import kernels, profiling, pruning
+from .gpu_monitor import GpuMonitor
 from .config import TrainConfig, check
 from .data import DeviceLoader, load_data, set_epoch, torch_loader
 from .models import build_model
@@ -43,11 +44,14 @@ class CheckpointWriteError(RuntimeError):
 
 
 def build_optimizer(cfg: TrainConfig, model: nn.Module) -> torch.optim.Optimizer:
+    """The fused implementation where the parameters allow it: one kernel per step, and it
+    skips a step on the device when TrainStep flags non-finite values (no host read)."""
     params = [p for p in model.parameters() if p.requires_grad]
+    fused = all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params)
     if cfg.optimizer == "adamw":
-        return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+        return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, fused=fused or None)
     return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, nesterov=cfg.momentum > 0,
-                           weight_decay=cfg.weight_decay)
+                           weight_decay=cfg.weight_decay, fused=fused or None)
 
 
 def build_scheduler(cfg: TrainConfig, opt: torch.optim.Optimizer, steps_per_epoch: int):
@@ -163,10 +167,12 @@ class _Trial:
         self.wrapped = self._wrap(model)
         self.step = TrainStep(self.wrapped, self.optimizer, loss_fn=make_loss(cfg, self.impl, session.rank), device=self.device,
                               precision=cfg.precision, grad_clip=cfg.grad_clip,
-                              max_nonfinite_steps=cfg.max_nonfinite_steps, channels_last=cfg.channels_last)
+                              max_nonfinite_steps=cfg.max_nonfinite_steps, channels_last=cfg.channels_last,
+                              sync_every=cfg.sync_every)
         self.start_epoch, self.global_step, self.epoch = 1, 0, 1
         self.best_val_acc = 0.0
         self.profiler = profiling.maybe_profiler(cfg.profile, cfg.profile_dir, session.rank, self.device)
+        self.monitor = GpuMonitor(self.device)
         # Reported with every epoch: where this run of the trial started from.
         self.resumed = {"resumed_from_epoch": 0, "restored_weights_sha256": ""}
 
@@ -231,11 +237,13 @@ class _Trial:
     # ------------------------------------------------------------ epochs
 
     def train_epoch(self, epoch: int) -> dict[str, float]:
+        """One pass; the host reads the device every `sync_every` steps (inside TrainStep) and
+        once at the end."""
         cfg = self.cfg
         self.wrapped.train()
         set_epoch(self.train_loader, epoch)
-        loss_sum = correct = samples = counted = steps = 0
-        norms = []
+        steps = 0
+        self.monitor.restart()
         t0 = time.perf_counter()
         group = []
         batches = iter(self.train_loader)
@@ -244,30 +252,23 @@ class _Trial:
             if batch is not None:
                 group.append(batch)
             if group and (len(group) == cfg.accumulation_steps or batch is None):
-                r = self.step(group)
+                self.step(group)
                 if self.profiler is not None:
                     self.profiler.step()
                 group, steps = [], steps + 1
-                samples += r.samples
-                if r.applied:
-                    counted += r.samples
-                    loss_sum += r.loss * r.samples
-                    correct += r.correct
-                    norms.append(r.grad_norm)
-                    self.global_step += 1
-                    if self.scheduler is not None and not isinstance(
-                            self.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
-                        self.scheduler.step()
+                self.global_step += 1
+                if self.scheduler is not None and not isinstance(
+                        self.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+                    self.scheduler.step()
             if batch is None:
                 break
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
+        t = self.step.epoch_totals()   # waits for the device: the epoch's time is complete
         dt = time.perf_counter() - t0
-        loss_sum, correct, counted, samples = _all_reduce(
-            [loss_sum, correct, float(counted), float(samples)], self.device)
+        loss_sum, correct, counted, samples, norm_sum, applied = _all_reduce(
+            [t["loss_sum"], t["correct"], t["counted"], t["samples"], t["norm_sum"], t["applied"]], self.device)
         return {"train_loss": loss_sum / max(counted, 1), "train_acc": correct / max(counted, 1),
                 "samples_per_s": samples / dt if dt > 0 else 0.0, "train_s": dt,
-                "grad_norm": sum(norms) / len(norms) if norms else float("nan")}
+                "grad_norm": norm_sum / applied if applied else float("nan"), **self.monitor.epoch_metrics()}
 
     def epoch_metrics(self, epoch: int, t0: float) -> dict[str, Any]:
         self.epoch = epoch
@@ -325,6 +326,7 @@ class _Trial:
                          last["samples_per_s"])
                 self.report(last, epoch, keep)
         finally:
+            self.monitor.close()
             if self.profiler is not None:
                 self.profiler.close()
         return last

@@ -19,7 +19,8 @@ TAGS = {
     "val_loss": "val/loss", "val_acc": "val/acc",
     "test_loss": "test/loss", "test_acc": "test/acc",
     "lr": "lr", "samples_per_s": "throughput/samples_per_s", "sparsity": "sparsity",
-    "gpu_util": "gpu/utilization", "gpu_mem_peak_gib": "gpu/memory_peak_gib",
+    "gpu_util": "gpu/utilization", "gpu_mem_peak_gib": "gpu/memory_peak_gib", "gpu_power_w": "gpu/power_w",
+    "cuda_peak_allocated_gib": "gpu/cuda_peak_allocated_gib", "cuda_peak_reserved_gib": "gpu/cuda_peak_reserved_gib",
 }
 
 
