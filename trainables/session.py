@@ -64,6 +64,13 @@ def kept_beside(path: str | Path | None) -> list[str]:
     return [str(p) for p in sorted(here.parent.glob("checkpoint_*"), reverse=True) if p.is_dir() and p != here]
 
 
+def actor_id() -> str:
+    """The Ray actor this process is (the trial's, or the Train worker's): every result carries
+    it, so the dashboard's actor view (and its logs) can be found from `status`."""
+    import ray
+    return ray.get_runtime_context().get_actor_id() or ""
+
+
 class PlainSession(Session):
     """No Ray: keeps every report, and copies checkpoints under `storage` when given."""
 
@@ -100,7 +107,7 @@ class TuneSession(Session):
     def report(self, metrics, checkpoint_dir=None):
         from ray import tune
         ckpt = tune.Checkpoint.from_directory(checkpoint_dir) if checkpoint_dir else None
-        tune.report(metrics, checkpoint=ckpt)
+        tune.report({**metrics, "actor_id": actor_id()}, checkpoint=ckpt)
 
     def get_checkpoint(self):
         from ray import tune
@@ -125,7 +132,7 @@ class TrainSession(Session):
     def report(self, metrics, checkpoint_dir=None):
         import ray.train
         ckpt = ray.train.Checkpoint.from_directory(checkpoint_dir) if checkpoint_dir else None
-        ray.train.report(metrics, checkpoint=ckpt)
+        ray.train.report({**metrics, "actor_id": actor_id()}, checkpoint=ckpt)
 
     def get_checkpoint(self):
         import ray.train

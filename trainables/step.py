@@ -226,7 +226,7 @@ class TrainStep:
         acc[RUN] = torch.where(bad, acc[RUN] + 1, torch.zeros_like(acc[RUN]))
         acc[MAXRUN] = torch.maximum(acc[MAXRUN], acc[RUN])
         acc[NONFINITE] += bad.double()
-        acc[OOM] += ooms.double()
+        acc[OOM] = torch.maximum(acc[OOM], ooms.double())   # ranks out of memory in one step, at most
 
     def _check(self, values: list[float]) -> None:
         self.nonfinite_total = int(values[NONFINITE])

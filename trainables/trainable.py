@@ -2,6 +2,7 @@
 TorchTrainer for two or more.  Both report the same metrics and checkpoints."""
 from __future__ import annotations
 
+import os
 from typing import Any, Callable
 
 # A Tune trial whose work runs on Train workers still needs a (tiny) resource of its own.
@@ -53,6 +54,9 @@ def _fit_ddp(config: dict[str, Any], workers: int, cpus: float, gpus: float, sto
     from ray.train.torch import TorchConfig, TorchTrainer
     from ray.tune.integration.ray_train import TuneReportCallback
 
+    # The dashboard's Train view lists a run only when state tracking is on where the
+    # TorchTrainer is built: here, in the trial.
+    os.environ.setdefault("RAY_TRAIN_ENABLE_STATE_TRACKING", "1")
     use_gpu = gpus > 0
     resources = {"CPU": cpus, **({"GPU": gpus} if use_gpu else {})}
     # The run name comes from the trial id, so a retried or resumed trial finds its own

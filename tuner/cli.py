@@ -10,6 +10,7 @@ EPILOG = """examples:
   python -m tuner run search_spaces/cifar.yaml --address auto  # an existing cluster
   python -m tuner status runs/quickstart
   python -m tuner resume runs/quickstart
+  python -m tuner report runs/quickstart
   python -m tuner export runs/quickstart --out best/
   python -m tuner train best/best_config.yaml
 """
@@ -48,6 +49,10 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--select", default=None,
                    help="METRIC:min|max (best on that metric; Pareto-optimal with two objectives) or trial:ID")
     e.add_argument("--force", action="store_true", help="write into a non-empty --out")
+    rp = sub.add_parser("report", help="report.html and PNGs (curves, importance, ...) and next.yaml for a next search")
+    rp.add_argument("exp_dir")
+    rp.add_argument("--out", default=None, help="folder to write (default EXP_DIR/report)")
+    rp.add_argument("--top-k", type=int, default=5, help="trials whose span next.yaml keeps (default 5)")
     t = sub.add_parser("train", help="train one config (no search), e.g. an exported best_config.yaml")
     t.add_argument("config", help="YAML of training settings")
     t.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a training setting")

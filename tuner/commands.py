@@ -63,7 +63,7 @@ def _print_summary(summary: dict[str, Any]) -> int:
         print(f"best {best['metric']} = {sig4(best['value'])} at epoch {best['epoch']}: {params_text(best['params'])}")
     if summary["unfinished"]:
         print(f"{len(summary['unfinished'])} trial(s) unfinished; continue with: python -m tuner resume {d}")
-    print(f"next: python -m tuner status {d}\n      python -m tuner export {d} --out best/")
+    print(f"next: python -m tuner status {d}\n      python -m tuner report {d}\n      python -m tuner export {d} --out best/")
     return 130 if summary["unfinished"] else 0
 
 
@@ -86,18 +86,19 @@ def cmd_status(args) -> int:
         print(json.dumps({"experiment": exp.name, "metric": exp.metric, "mode": exp.mode,
                           "best": best.trial_id if best else None,
                           "trials": [{"trial_id": r.trial_id, "state": r.state, "status": r.status, "epoch": r.epoch,
-                                      "reason": r.metrics.get("reason"), "error": r.error or None,
+                                      "reason": r.metrics.get("reason"), "actor_id": r.metrics.get("actor_id"),
+                                      "error": r.error or None,
                                       "error_file": r.error_file or None,
                                       exp.metric: r.metrics.get(exp.metric), "params": r.params} for r in rows]},
                          default=str, indent=1))
         return 0
     print(f"{exp.name}: {len(rows)} trials, metric {exp.metric} ({exp.mode}), max {exp.budget.max_epochs} epochs")
-    print(f"{'trial':12s} {'state':11s} {'status':10s} {'epoch':>5s} {exp.metric:>10s}  params")
+    print(f"{'trial':12s} {'state':11s} {'status':10s} {'epoch':>5s} {exp.metric:>10s}  {'actor':32s}  params")
     for r in rows:
         v = r.metrics.get(exp.metric)
         mark = " *" if best and r.trial_id == best.trial_id else ""
         print(f"{r.trial_id:12s} {r.state:11s} {r.status or '-':10s} {r.epoch:5d} {sig4(v) if v is not None else '-':>10s}"
-              f"  {params_text(r.params)}{mark}")
+              f"  {r.metrics.get('actor_id') or '-':32s}  {params_text(r.params)}{mark}")
         if r.status not in ("", "ok") and r.metrics.get("reason"):
             print(f"{'':12s} reason: {r.metrics['reason']}")
         if r.error:
@@ -112,6 +113,18 @@ def cmd_export(args) -> int:
     m = export(args.exp_dir, args.out, args.select, args.force)
     print(f"exported trial {m['trial_id']} to {args.out}: val_acc {m['val_acc']:.4f}, test_acc {m['test_acc']:.4f}")
     print("files: " + ", ".join(m["files"]))
+    return 0
+
+
+def cmd_report(args) -> int:
+    from .report import build
+    if args.top_k < 1:
+        raise ExperimentError(args.exp_dir, [f"--top-k {args.top_k}: give 1 or more trials"])
+    r = build(args.exp_dir, args.out, args.top_k)
+    for w in r["warnings"]:
+        print(f"warning: {w}")
+    print(f"report: {r['html']}\nplots: {', '.join(Path(p).name for p in r['pngs'])}")
+    print(f"next search: {r['next']}\n  python -m tuner run {r['next']}")
     return 0
 
 
@@ -132,4 +145,4 @@ def cmd_train(args) -> int:
 
 
 VERBS = {"validate": cmd_validate, "run": cmd_run, "resume": cmd_resume, "status": cmd_status,
-         "export": cmd_export, "train": cmd_train}
+         "export": cmd_export, "train": cmd_train, "report": cmd_report}

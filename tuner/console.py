@@ -18,6 +18,7 @@ from typing import Any, Callable, TextIO
 
 from ray.tune import Callback
 
+from .results import asha_rungs
 from .text import clock_text, params_text, sig4
 
 # Loggers whose INFO lines are chatter during a run (shown with --verbose).
@@ -39,14 +40,6 @@ def quiet_logs(verbose: bool) -> None:
     os.environ["RAY_AIR_NEW_OUTPUT"] = "1" if verbose else "0"
     import optuna
     optuna.logging.set_verbosity(optuna.logging.INFO if verbose else optuna.logging.WARNING)
-
-
-def asha_rungs(max_t: int, grace: int, eta: int) -> list[int]:
-    out, r = [], grace
-    while r < max_t:
-        out.append(r)
-        r *= eta
-    return out
 
 
 def epochs_left(epoch: int, max_t: int, grace: int, eta: int) -> float:

@@ -21,6 +21,7 @@ class TrialRow:
     checkpoint: str | None  # folder holding checkpoint.pt
     error: str = ""         # an errored trial's error (last line of its error file)
     error_file: str = ""    # that file, inside the experiment folder
+    path: str = ""          # the trial's folder in the experiment folder
 
 
 def _checkpoint_of(trial) -> str | None:
@@ -47,8 +48,17 @@ def trials(exp: Experiment) -> list[TrialRow]:
         last = dict(t.last_result or {})
         rows.append(TrialRow(t.trial_id, t.status, str(last.get("status", "")), int(last.get("epoch", 0) or 0), last,
                              {k: t.config.get(k) for k in exp.search}, dict(t.config), _checkpoint_of(t),
-                             *_error_of(t)))
+                             *_error_of(t), str(t.path or "")))
     return rows
+
+
+def asha_rungs(max_t: int, grace: int, eta: int) -> list[int]:
+    """The epochs at which ASHA compares trials (grace x eta^k below max_t)."""
+    out, r = [], grace
+    while r < max_t:
+        out.append(r)
+        r *= eta
+    return out
 
 
 def _value(row: TrialRow, metric: str, mode: str) -> float:

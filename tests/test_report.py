@@ -1,0 +1,153 @@
+"""`tuner report`: PNGs, a self-contained report.html (checked in a real headless Chromium when
+one is installed) and next.yaml, from a small finished experiment."""
+import base64
+import io
+import math
+import os
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tuner.config import SearchEntry, parse
+from tuner.report import narrowed
+
+SPEC = """
+name: rep
+storage_path: {storage}
+metric: val_acc
+mode: max
+seed: 1
+budget: {{num_samples: 10, max_epochs: 3, grace_epochs: 1, reduction_factor: 3, max_concurrent_trials: 2}}
+resources: {{workers: 1, cpus_per_worker: 1}}
+train: {{dataset: digits, cache_dir: {cache}, model: convnet, width: 0.5, flip: false, crop_padding: 1,
+         max_steps_per_epoch: 3}}
+search:
+  lr: {{type: loguniform, low: 1.0e-3, high: 0.5}}
+  micro_batch_size: {{type: choice, values: [32, 64]}}
+  weight_decay: {{type: loguniform, low: 1.0e-5, high: 1.0e-2}}
+  label_smoothing: {{type: uniform, low: 0.0, high: 0.2}}
+"""
+
+
+def test_a_range_narrows_to_the_top_trials_padded_inside_the_searched_range():
+    e = SearchEntry(type="loguniform", low=1e-3, high=1.0)
+    new, how = narrowed("lr", e, [0.01, 0.04], best=0.02)
+    # log span of the top values padded by a quarter of it each side: 0.01/4**0.25 .. 0.04*4**0.25
+    assert new.low == pytest.approx(0.01 / 4 ** 0.25, rel=1e-3) and new.high == pytest.approx(0.04 * 4 ** 0.25, rel=1e-3)
+    assert how.startswith("narrowed")
+
+
+def test_a_best_value_at_an_edge_widens_that_edge_within_the_settings_bounds():
+    e = SearchEntry(type="uniform", low=0.0, high=0.2)
+    new, how = narrowed("label_smoothing", e, [0.15, 0.199], best=0.199)
+    assert new.high == pytest.approx(0.3) and "upper edge" in how      # 0.2 + half the range, capped at 0.3
+    assert new.low == pytest.approx(0.15 - 0.25 * 0.049, abs=1e-3)
+    e = SearchEntry(type="loguniform", low=1e-2, high=1.0)
+    new, how = narrowed("lr", e, [0.0101, 0.02], best=0.0101)
+    assert new.low == pytest.approx(1e-3, rel=1e-3) and "lower edge" in how   # a decade below, in log scale
+
+
+@pytest.fixture(scope="module")
+def report(ray_address, tmp_path_factory):
+    from tuner.report import build
+    from tuner.run import run_experiment
+    root = tmp_path_factory.mktemp("report")
+    exp = parse(SPEC.format(storage=root / "runs", cache=root / "cache"))
+    run_experiment(exp, echo=lambda s: None)
+    return exp, build(exp.exp_dir)
+
+
+def test_every_png_decodes_and_the_html_carries_them_inline(report):
+    from PIL import Image
+    exp, out = report
+    names = {Path(p).name for p in out["pngs"]}
+    assert {"curves.png", "best_so_far.png", "parallel.png", "importance.png", "throughput.png"} <= names
+    for p in out["pngs"]:
+        with Image.open(p) as im:
+            im.load()
+            assert im.format == "PNG" and im.size[0] > 100
+    page = Path(out["html"]).read_text()
+    imgs = re.findall(r'<img [^>]*src="([^"]+)"', page)
+    assert len(imgs) == len(out["pngs"])
+    for src in imgs:
+        assert src.startswith("data:image/png;base64,")
+        with Image.open(io.BytesIO(base64.b64decode(src.split(",", 1)[1]))) as im:
+            im.load()
+    assert not re.search(r"(src|href)=\"(https?:|//)", page) and "url(" not in page   # nothing from the network
+
+
+def test_importance_per_rung_counts_its_trials_and_skips_small_rungs(report, monkeypatch):
+    from tuner import report as R
+    exp, out = report
+    trials = R.load(exp)
+    by_rung = {e["rung"]: e for e in out["importance"]}
+    assert set(by_rung) == {1, 3}
+    for rung, e in by_rung.items():
+        assert e["n"] == sum(t.value_at(rung, exp.metric) is not None for t in trials)
+        assert (e["importance"] is None) == (e["n"] < R.MIN_RUNG_TRIALS)
+    first = by_rung[1]
+    assert first["n"] == 10 and set(first["importance"]) == set(exp.search)
+    assert math.isclose(sum(first["importance"].values()), 1.0, rel_tol=1e-6)
+    monkeypatch.setattr(R, "MIN_RUNG_TRIALS", 11)
+    for e in R.importance_by_rung(exp, trials):
+        assert e["importance"] is None and e["skipped"] == f"{e['n']} trial(s) < 11"
+
+
+def test_next_yaml_validates_holds_the_top_trials_and_narrows(report):
+    from tuner.report import TOP_K, load, top_k
+    exp, out = report
+    text = Path(out["next"]).read_text()
+    nxt = parse(text, out["next"])
+    assert nxt.name == "rep-next"
+    _, top = top_k(exp, load(exp), TOP_K)
+    assert len(top) == TOP_K
+    narrower = []
+    for name, e in exp.search.items():
+        n = nxt.search[name]
+        if e.type == "choice":
+            assert n.values == e.values
+            continue
+        for t in top:
+            assert n.low <= t.row.params[name] <= n.high, (name, t.row.params[name], n)
+        narrower.append((n.high - n.low) < (e.high - e.low) if e.type != "loguniform"
+                        else math.log(n.high / n.low) < math.log(e.high / e.low))
+    assert any(narrower), text
+
+
+def _chromium() -> tuple[str, str] | None:
+    browser = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+    driver = shutil.which("chromedriver")
+    return (browser, driver) if browser and driver else None
+
+
+def test_report_renders_in_headless_chromium_with_every_image_loaded(report):
+    found = _chromium()
+    if found is None:
+        pytest.skip("no chromium and chromedriver on PATH (make test installs Debian's where apt and root exist); "
+                    "the static check of every <img> still runs in the test above")
+    webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed")
+    from selenium.webdriver.chrome.service import Service
+    _, out = report
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = found[0]
+    for arg in ("--headless=new", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run"):
+        opts.add_argument(arg)
+    if os.geteuid() == 0:
+        opts.add_argument("--no-sandbox")   # Chromium refuses to run as root with its sandbox
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(found[1]), options=opts)
+    try:
+        driver.set_page_load_timeout(60)
+        driver.get(Path(out["html"]).as_uri())
+        images = driver.execute_script(
+            "return Array.from(document.images).map(i => [i.complete, i.naturalWidth, i.alt])")
+        logs = [e for e in driver.get_log("browser") if e["level"] in ("SEVERE", "WARNING")]
+        title = driver.title
+    finally:
+        driver.quit()
+    assert title == "rep report"
+    assert len(images) == len(out["pngs"]) and all(done and width > 100 for done, width, _ in images), images
+    assert not logs, logs
