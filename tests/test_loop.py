@@ -72,3 +72,21 @@ def test_profile_writes_a_chrome_trace_of_the_active_steps_for_one_trial_only(ca
     stamp = (folder / profiling.TRACE).stat().st_mtime_ns
     train_loop(cfg, PlainSession("cpu"))
     assert (folder / profiling.TRACE).stat().st_mtime_ns == stamp
+
+
+def test_model_histograms_and_graph_are_written_only_when_asked(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from trainables.loop import train_loop
+    from trainables.session import PlainSession
+    board = tmp_path / "model"
+    m = train_loop(digits_config(tmp_path / "cache", epochs=2, tb_histograms=True, tb_graph=True, tb_dir=str(board)),
+                   PlainSession("cpu"))
+    assert m["status"] == "ok"
+    acc = EventAccumulator(str(board), size_guidance={"histograms": 0})
+    acc.Reload()
+    tags = acc.Tags()
+    assert tags["graph"] is True
+    assert tags["histograms"] and all(name.endswith(("weight", "bias")) for name in tags["histograms"])
+    assert [e.step for e in acc.Histograms(tags["histograms"][0])] == [1, 2]
+    train_loop(digits_config(tmp_path / "cache", epochs=1, tb_dir=str(tmp_path / "off")), PlainSession("cpu"))
+    assert not (tmp_path / "off").exists()                      # off by default

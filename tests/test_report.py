@@ -23,7 +23,7 @@ seed: 1
 budget: {{num_samples: 10, max_epochs: 3, grace_epochs: 1, reduction_factor: 3, max_concurrent_trials: 2}}
 resources: {{workers: 1, cpus_per_worker: 1}}
 train: {{dataset: digits, cache_dir: {cache}, model: convnet, width: 0.5, flip: false, crop_padding: 1,
-         max_steps_per_epoch: 3}}
+         max_steps_per_epoch: 3, tb_histograms: true}}
 search:
   lr: {{type: loguniform, low: 1.0e-3, high: 0.5}}
   micro_batch_size: {{type: choice, values: [32, 64]}}
@@ -115,6 +115,19 @@ def test_next_yaml_validates_holds_the_top_trials_and_narrows(report):
         narrower.append((n.high - n.low) < (e.high - e.low) if e.type != "loguniform"
                         else math.log(n.high / n.low) < math.log(e.high / e.low))
     assert any(narrower), text
+
+
+def test_model_histograms_reach_each_trial_folder(report):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    exp, _ = report
+    folders = sorted(p.parent for p in exp.exp_dir.glob("trial_*/result.json"))
+    assert len(folders) == 10
+    for f in folders:
+        acc = EventAccumulator(str(f / "model"), size_guidance={"histograms": 0})
+        acc.Reload()
+        epochs = [int(line.split('"epoch": ')[1].split(",")[0]) for line in (f / "result.json").read_text().splitlines()]
+        hist = acc.Tags()["histograms"]
+        assert hist and [e.step for e in acc.Histograms(hist[0])] == epochs, f
 
 
 def _chromium() -> tuple[str, str] | None:

@@ -136,6 +136,9 @@ class RunConfig:
     inject_fault: str = ""           # testing seam from the first step: nan_loss | oom | oom_rank1 (rank 1 only)
     profile: bool = False            # torch.profiler over 5 steps (1 wait, 1 warmup, 3 active) of one trial
     profile_dir: str = ""            # where the trace and its table go (the service: <experiment>/profiles)
+    tb_histograms: bool = False      # TensorBoard histograms of every parameter, each epoch (rank 0)
+    tb_graph: bool = False           # TensorBoard graph of the model (traced once, rank 0)
+    tb_dir: str = ""                 # where those go (the service: <trial folder>/model; `train`: OUT/model)
     fault_dir: str = ""              # testing seam: rank<r>.pid files; a `hold` file there naming epoch N pauses before N
 
 

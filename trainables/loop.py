@@ -24,6 +24,7 @@ from torch import nn
 from . import checkpoint as ckpt_io
 from . import kernels, profiling, pruning
 from .gpu_monitor import GpuMonitor
+from .model_board import ModelBoard
 from .config import TrainConfig, check
 from .data import DeviceLoader, load_data, set_epoch, torch_loader
 from .models import build_model
@@ -173,8 +174,16 @@ class _Trial:
         self.best_val_acc = 0.0
         self.profiler = profiling.maybe_profiler(cfg.profile, cfg.profile_dir, session.rank, self.device)
         self.monitor = GpuMonitor(self.device)
+        self.board = ModelBoard(cfg, model, self._sample(), session.rank)
         # Reported with every epoch: where this run of the trial started from.
         self.resumed = {"resumed_from_epoch": 0, "restored_weights_sha256": ""}
+
+    def _sample(self) -> torch.Tensor | None:
+        """One validation batch's inputs on the device (for tracing the graph), when asked for."""
+        if not (self.cfg.tb_graph and self.cfg.tb_dir and self.session.rank == 0):
+            return None
+        x, _ = next(iter(self.val_loader))
+        return self.step.to_device(x).float()   # traced without autocast: fp32 like the weights
 
     def _wrap(self, model: nn.Module) -> nn.Module:
         if self.session.world_size > 1 and dist.is_available() and dist.is_initialized():
@@ -276,6 +285,7 @@ class _Trial:
         target = pruning.target_sparsity(self.cfg, epoch)
         if target > 0:
             pruning.prune_to(self.model, target, self.cfg.prune_scope)
+        self.board.epoch(self.model, epoch)
         _sync_buffers(self.model)
         val_loss, val_acc = evaluate(self.model, self.val_loader, self.step)
         if isinstance(self.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
@@ -327,6 +337,7 @@ class _Trial:
                 self.report(last, epoch, keep)
         finally:
             self.monitor.close()
+            self.board.close()
             if self.profiler is not None:
                 self.profiler.close()
         return last

@@ -31,13 +31,22 @@ def make_trainable(workers: int, cpus_per_worker: float, gpus_per_worker: float,
         def trainable(config: dict[str, Any]) -> None:
             from .loop import train_loop
             from .session import TuneSession
-            train_loop(dict(config), TuneSession(config.get("device", "auto")))
+            train_loop(with_model_board(dict(config)), TuneSession(config.get("device", "auto")))
         return tune.with_resources(trainable, {"cpu": cpus_per_worker, "gpu": gpus_per_worker})
 
     def trainable(config: dict[str, Any]) -> None:
-        _fit_ddp(dict(config), workers, cpus_per_worker, gpus_per_worker, train_storage,
+        _fit_ddp(with_model_board(dict(config)), workers, cpus_per_worker, gpus_per_worker, train_storage,
                  controller_failure_limit, worker_failures, keep_by)
     return tune.with_resources(trainable, {"cpu": DRIVER_CPU})
+
+
+def with_model_board(config: dict[str, Any]) -> dict[str, Any]:
+    """The model's TensorBoard views (when asked for) go into the trial folder's `model`
+    subfolder: Tune syncs the trial folder's files to the experiment folder."""
+    if (config.get("tb_histograms") or config.get("tb_graph")) and not config.get("tb_dir"):
+        from ray import tune
+        config["tb_dir"] = os.path.join(tune.get_context().get_trial_dir(), "model")
+    return config
 
 
 def _train_worker(config: dict[str, Any]) -> None:

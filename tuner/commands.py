@@ -135,6 +135,8 @@ def cmd_train(args) -> int:
     cfg = load_train_config(args.config, args.set + (["profile=true"] if args.profile else []))
     if cfg.profile and not cfg.profile_dir:
         cfg = cfg.replace(profile_dir=str(Path(args.out or ".") / "profiles"))
+    if (cfg.tb_histograms or cfg.tb_graph) and not cfg.tb_dir:
+        cfg = cfg.replace(tb_dir=str(Path(args.out or ".") / "model-tensorboard"))
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
     session = PlainSession(cfg.device, storage=args.out)
     m = train_loop(cfg, session)

@@ -141,6 +141,9 @@ def build_tuner(exp: Experiment, concurrency: int, verbose: bool = False):
             checkpoint_config=tune.CheckpointConfig(num_to_keep=KEEP_BEST, checkpoint_score_attribute=exp.metric,
                                                     checkpoint_score_order=exp.mode),  # best two + latest
             failure_config=tune.FailureConfig(max_failures=1), verbose=1 if verbose else 0,
+            # Files a trial writes in its folder (the model's TensorBoard views) reach the
+            # experiment folder from whichever node ran it.
+            sync_config=tune.SyncConfig(sync_artifacts=True),
             callbacks=[TrialTensorBoard(list(exp.search), exp.metric), console_for(exp)]),
     )
 
