@@ -164,3 +164,50 @@ def test_report_renders_in_headless_chromium_with_every_image_loaded(report):
     assert title == "rep report"
     assert len(images) == len(out["pngs"]) and all(done and width > 100 for done, width, _ in images), images
     assert not logs, logs
+
+
+def test_two_objectives_failures_and_an_edge_best_in_the_report(tmp_path):
+    from tuner.report import Trial, render
+    from tuner.results import TrialRow
+    exp = parse("""
+name: two
+metric: val_acc
+mode: max
+second_objective: {metric: epoch_s, mode: min}
+budget: {num_samples: 5, max_epochs: 2, grace_epochs: 1}
+search: {lr: {type: loguniform, low: 1.0e-3, high: 0.1}}
+""")
+
+    def trial(tid, lr, acc, secs, status="ok", state="TERMINATED", reason=None, error=""):
+        last = {"epoch": 2, "status": status, "val_acc": acc, "epoch_s": secs, "samples_per_s": 100.0,
+                **({"reason": reason} if reason else {})}
+        rows = [{**last, "epoch": 1, "timestamp": 10, "time_total_s": 1}, {**last, "timestamp": 20, "time_total_s": 2}]
+        row = TrialRow(tid, state, status, 2, last, {"lr": lr}, {"lr": lr}, "/ckpt", error,
+                       f"/x/trial_{tid}/error.txt" if error else "")
+        return Trial(row, rows)
+    ts = [trial("a", 0.0999, 0.97, 5.0), trial("b", 0.01, 0.95, 2.0), trial("c", 0.003, 0.90, 1.0),
+          trial("d", 0.02, 0.80, 6.0), trial("n", 0.05, 0.0, 1.0, status="diverged",
+                                            reason="5 consecutive steps had a non-finite loss"),
+          trial("e", 0.004, 0.0, 0.0, status="", state="ERROR", error="ValueError: the data is gone")]
+    out = render(exp, ts, tmp_path)
+    assert "pareto.png" in {Path(p).name for p in out["pngs"]}
+    assert out["warnings"] == ["the best trial's lr=0.0999 is at the upper edge of [0.001, 0.1]: the optimum may "
+                               "lie outside; widen the range"]
+    page = Path(out["html"]).read_text()
+    assert "5 consecutive steps had a non-finite loss" in page and "ValueError: the data is gone" in page
+    assert "/x/trial_e/error.txt" in page
+    nxt = parse(Path(out["next"]).read_text())
+    assert nxt.search["lr"].high > 0.1          # widened at the upper edge, where the best is
+
+
+def test_report_command_prints_where_it_wrote(report, tmp_path):
+    import subprocess
+    import sys
+    exp, _ = report
+    r = subprocess.run([sys.executable, "-m", "tuner", "report", str(exp.exp_dir), "--out", str(tmp_path / "r")],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert f"report: {tmp_path / 'r' / 'report.html'}" in r.stdout and (tmp_path / "r" / "next.yaml").is_file()
+    bad = subprocess.run([sys.executable, "-m", "tuner", "report", str(tmp_path / "nowhere")],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "not an experiment folder" in bad.stderr and "Traceback" not in bad.stderr

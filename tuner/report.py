@@ -425,7 +425,10 @@ def build(exp_dir: str | Path, out: str | Path | None = None, k: int = TOP_K) ->
     exp = load_saved(exp_dir)
     out = Path(out) if out else exp.exp_dir / "report"
     out.mkdir(parents=True, exist_ok=True)
-    ts = load(exp)
+    return render(exp, load(exp), out, k)
+
+
+def render(exp: Experiment, ts: list[Trial], out: Path, k: int = TOP_K) -> dict[str, Any]:
     best = ranked(exp, ts)
     importance = importance_by_rung(exp, ts)
     figures = [(plot_curves(exp, ts, out), "learning curves"), (plot_best_so_far(exp, ts, out), "best so far"),
