@@ -281,3 +281,27 @@ def test_resident_prepadded_path_equals_the_batch_path():
     want = augment_torch(data[idx], off, fl, scale, shift, torch.float32, 2)
     got = augment_torch(padded, off, fl, scale, shift, torch.float32, 2, index=idx, prepadded=True)
     assert torch.equal(got, want)
+
+
+def test_the_cache_reads_while_another_process_holds_a_lock_on_it(tmp_path):
+    # On a network filesystem HDF5's file locks fail or wait; a held exclusive lock stands in
+    # for that here: with locking on, h5py refuses to open the file.
+    from trainables.config import DataConfig
+    cfg = DataConfig(dataset="digits", cache_dir=str(tmp_path))
+    first = D.load_arrays(cfg)
+    path = D.cache_path(cfg)
+    mtime = path.stat().st_mtime_ns
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import fcntl, sys, time\n"
+        f"f = open({str(path)!r}, 'rb+')\nfcntl.flock(f, fcntl.LOCK_EX)\nprint('locked', flush=True)\ntime.sleep(60)\n")],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        import h5py
+        with pytest.raises(OSError):
+            h5py.File(path, "r", locking=True).close()         # what a locking reader meets
+        again = D.load_arrays(cfg)                               # the cache is read, not rebuilt
+        assert path.stat().st_mtime_ns == mtime and all(np.array_equal(first[k], again[k]) for k in first)
+    finally:
+        holder.kill()
+        holder.wait()

@@ -154,7 +154,7 @@ def _write_h5_atomic(path: Path, arrays: dict[str, np.ndarray], attrs: dict) -> 
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
     try:
-        with h5py.File(tmp, "w") as f:
+        with h5py.File(tmp, "w", locking=False) as f:   # a file of our own: nothing to lock against
             for name, arr in arrays.items():
                 f.create_dataset(name, data=arr)
             f.attrs.update(attrs)
@@ -170,7 +170,9 @@ def _write_h5_atomic(path: Path, arrays: dict[str, np.ndarray], attrs: dict) -> 
 def _read_h5(path: Path, key: str) -> dict[str, np.ndarray] | None:
     import h5py
     try:
-        with h5py.File(path, "r") as f:
+        # No HDF5 file locking: the cache is replaced whole (os.replace), never written in place,
+        # and locks fail or hang on network filesystems (NFS, EFS, Filestore) shared by nodes.
+        with h5py.File(path, "r", locking=False) as f:
             if f.attrs.get("content_key") != key:
                 return None
             return {name: f[name][()] for name in f.keys()}
