@@ -226,6 +226,9 @@ def run_experiment(exp: Experiment, address: str | None = None, echo: Callable[[
                    allow_no_auth: bool = False, verbose: bool = False):
     """Validate-then-run: refuses an existing experiment folder, checks that a trial fits."""
     import ray
+
+    from .paths import settle
+    exp = settle(exp)   # absolute paths, and never into a Ray job's temporary copy of the working dir
     if (exp.exp_dir / EXPERIMENT_FILE).exists():
         raise ExperimentError(str(exp.exp_dir), [
             "this experiment folder exists already; `tuner resume " + str(exp.exp_dir) + "` continues it, or "

@@ -1,0 +1,49 @@
+"""Where an experiment's relative paths point: storage_path, train.cache_dir, train.data_root.
+
+Run from a shell, a relative path is relative to the current folder, as the user expects.
+Inside a Ray job (`ray job submit --working-dir .`) the current folder is Ray's unpacked copy
+of the working directory, deleted with the Ray session: results written there are lost and
+the printed `status`/`export` commands would point nowhere.  There relative paths resolve
+under TUNER_HOME (default ~/tuner on the node running the driver).  TUNER_STORAGE, when set,
+replaces a relative storage_path anywhere (a shared folder every node mounts, say).
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from .config import Experiment
+
+JOB_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"  # set by Ray's job supervisor for the entrypoint
+STORAGE_ENV = "TUNER_STORAGE"
+HOME_ENV = "TUNER_HOME"
+
+
+def in_ray_job() -> bool:
+    return bool(os.environ.get(JOB_ENV))
+
+
+def base() -> Path:
+    """What relative paths are relative to."""
+    if in_ray_job():
+        return Path(os.environ.get(HOME_ENV) or Path.home() / "tuner").expanduser()
+    return Path.cwd()
+
+
+def _absolute(path: str, root: Path) -> str:
+    p = Path(path).expanduser()
+    return str(p if p.is_absolute() else (root / p).resolve())
+
+
+def settle(exp: Experiment) -> Experiment:
+    """The experiment with absolute storage_path, train.cache_dir and train.data_root (a trial
+    runs in its own folder, possibly on another node: a relative path would mean something else
+    there)."""
+    root = base()
+    storage = exp.storage_path
+    if not Path(storage).expanduser().is_absolute():
+        storage = os.environ.get(STORAGE_ENV) or _absolute(storage, root)
+    storage = _absolute(storage, root)
+    train = exp.train.model_copy(update={"cache_dir": _absolute(exp.train.cache_dir, root),
+                                         "data_root": _absolute(exp.train.data_root, root)})
+    return exp.model_copy(update={"storage_path": storage, "train": train})
