@@ -240,3 +240,40 @@ def test_train_profile_flag_writes_the_trace_under_out(tmp_path):
                        capture_output=True, text=True, timeout=240, cwd=ROOT)
     assert r.returncode == 0, r.stderr[-3000:]
     assert (tmp_path / "out" / "profiles" / "trace.json").is_file() and "top operators" in r.stdout
+
+
+def test_a_trial_reserves_what_its_config_uses():
+    from trainables.trainable import ACCELERATOR_SHARE, DRIVER_CPU, trial_resources, worker_resources
+    assert worker_resources({"loader": "torch", "num_workers": 4}, 1, 0) == {"CPU": 5.0}       # 4 loaders + itself
+    assert worker_resources({"loader": "torch", "num_workers": 4}, 8, 0) == {"CPU": 8}         # cpus_per_worker larger
+    assert worker_resources({"loader": "device", "num_workers": 4}, 1, 0.5) == {"CPU": 1, "GPU": 0.5}
+    assert worker_resources({}, 2, 1, "A100") == {"CPU": 2, "GPU": 1, "accelerator_type:A100": ACCELERATOR_SHARE}
+    assert trial_resources(2, 1, 1, {"loader": "torch", "num_workers": 2}) == {"CPU": 6 + DRIVER_CPU, "GPU": 2}
+
+
+def test_feasibility_and_concurrency_use_the_largest_draw_and_what_is_free():
+    from tuner.run import ClusterError, fitting_concurrency, largest_need
+    exp = parse("""
+name: r
+budget: {num_samples: 8}
+train: {dataset: digits, loader: torch}
+search:
+  num_workers: {type: choice, values: [0, 2, 5]}
+  lr: {type: uniform, low: 0.01, high: 0.1}
+""")
+    assert largest_need(exp) == {"CPU": 6.0}
+    assert fitting_concurrency(exp, {"CPU": 16.0}) == 2
+    assert fitting_concurrency(exp, {"CPU": 16.0}, free={"CPU": 7.0}) == 1      # another experiment holds the rest
+    assert fitting_concurrency(exp, {"CPU": 16.0}, free={"CPU": 0.0}) == 1      # waits for it
+    with pytest.raises(ClusterError, match=r"needs 6 CPU .*num_workers.* the cluster has 4"):
+        fitting_concurrency(exp, {"CPU": 4.0})
+
+
+def test_accelerator_needs_gpus_and_a_plain_name():
+    with pytest.raises(ExperimentError) as e:
+        parse("name: a\nresources: {accelerator: A100}\n")
+    assert "resources.accelerator: 'A100' names a GPU type but resources.gpus_per_worker is 0" in str(e.value)
+    with pytest.raises(ExperimentError, match="resources.accelerator"):
+        parse("name: a\nresources: {accelerator: 'A100; rm', gpus_per_worker: 1}\n")
+    exp = parse("name: a\nresources: {accelerator: A100, gpus_per_worker: 1, workers: 2, max_failures: 3}\n")
+    assert exp.resources.max_failures == 3 and exp.resources.worker_failures == 1

@@ -584,3 +584,27 @@ search:
     s = _cli("status", str(tmp_path / "runs" / "err"))
     assert s.returncode == 0, s.stderr
     assert "error: trainables.data.DataError: CIFAR-10 not found" in s.stdout and f"error file: {path}" in s.stdout
+
+
+def test_each_trial_reserves_the_cpus_its_loader_uses_and_status_shows_it(ray_address, tmp_path):
+    from tuner.run import run_experiment
+    exp = parse(f"""
+name: reserve
+storage_path: {tmp_path / 'runs'}
+seed: 3
+budget: {{num_samples: 3, max_epochs: 1, grace_epochs: 1}}
+resources: {{workers: 1, cpus_per_worker: 1}}
+train: {{dataset: digits, cache_dir: {tmp_path / 'cache'}, model: convnet, width: 0.25, loader: torch,
+         max_steps_per_epoch: 1}}
+search:
+  num_workers: {{type: choice, values: [0, 1, 2]}}
+""")
+    run_experiment(exp, echo=lambda s: None)
+    r = _cli("status", str(exp.exp_dir), "--json")
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)["trials"]
+    assert len(rows) == 3 and all(t["status"] == "ok" for t in rows), rows
+    for t in rows:
+        assert t["reserved"] == {"CPU": 1.0 + t["params"]["num_workers"]}, t
+    text = _cli("status", str(exp.exp_dir)).stdout
+    assert all(f"CPU {1 + t['params']['num_workers']}" in text for t in rows), text

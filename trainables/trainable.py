@@ -11,32 +11,61 @@ DRIVER_CPU = 0.01
 # and always the latest.  Ray ranks by score only, so "the latest two" is not expressible;
 # the best ones are the earlier checkpoints a corrupt latest one falls back to.
 KEEP_BEST = 2
+# A trial asks for this much of a node's `accelerator_type:<X>` resource (Ray gives each node
+# 1 of its GPU type): enough to land on such a node, never a limit on how many trials fit.
+ACCELERATOR_SHARE = 0.001
 
 
-def trial_resources(workers: int, cpus_per_worker: float, gpus_per_worker: float) -> dict[str, float]:
-    """What one trial takes from the cluster, in Ray's resource names."""
+def worker_cpus(config: dict[str, Any], cpus_per_worker: float) -> float:
+    """CPUs one worker of this config keeps busy: with the torch loader, its training process
+    plus `num_workers` DataLoader processes; never less than cpus_per_worker."""
+    if config.get("loader") == "torch":
+        return max(cpus_per_worker, 1.0 + int(config.get("num_workers") or 0))
+    return cpus_per_worker
+
+
+def worker_resources(config: dict[str, Any], cpus_per_worker: float, gpus_per_worker: float,
+                     accelerator: str = "") -> dict[str, float]:
+    """What one worker (the trial itself for 1 worker, one Train worker for DDP) reserves."""
+    out = {"CPU": worker_cpus(config, cpus_per_worker)}
+    if gpus_per_worker > 0:
+        out["GPU"] = gpus_per_worker
+    if accelerator:
+        out[f"accelerator_type:{accelerator}"] = ACCELERATOR_SHARE
+    return out
+
+
+def trial_resources(workers: int, cpus_per_worker: float, gpus_per_worker: float,
+                    config: dict[str, Any] | None = None, accelerator: str = "") -> dict[str, float]:
+    """What one trial of this config takes from the cluster, in Ray's resource names."""
+    one = worker_resources(config or {}, cpus_per_worker, gpus_per_worker, accelerator)
     if workers <= 1:
-        return {"CPU": cpus_per_worker, "GPU": gpus_per_worker}
-    return {"CPU": DRIVER_CPU + workers * cpus_per_worker, "GPU": workers * gpus_per_worker}
+        return one
+    total = {k: v * workers for k, v in one.items()}
+    total["CPU"] += DRIVER_CPU
+    return total
 
 
 def make_trainable(workers: int, cpus_per_worker: float, gpus_per_worker: float, train_storage: str,
                    controller_failure_limit: int = 2, worker_failures: int = 1,
-                   keep_by: tuple[str, str] = ("val_acc", "max")) -> Callable:
-    """A Tune function trainable, with its resource request attached; a Train run keeps its
-    KEEP_BEST best checkpoints by keep_by (metric, mode) and its latest."""
+                   keep_by: tuple[str, str] = ("val_acc", "max"), accelerator: str = "") -> Callable:
+    """A Tune function trainable whose reservation follows each trial's config (see
+    worker_resources); a Train run keeps its KEEP_BEST best checkpoints by keep_by (metric,
+    mode) and its latest."""
     from ray import tune
+    from ray.tune.execution.placement_groups import PlacementGroupFactory
 
     if workers <= 1:
         def trainable(config: dict[str, Any]) -> None:
             from .loop import train_loop
             from .session import TuneSession
             train_loop(with_model_board(dict(config)), TuneSession(config.get("device", "auto")))
-        return tune.with_resources(trainable, {"cpu": cpus_per_worker, "gpu": gpus_per_worker})
+        return tune.with_resources(trainable, lambda config: PlacementGroupFactory(
+            [worker_resources(config, cpus_per_worker, gpus_per_worker, accelerator)]))
 
     def trainable(config: dict[str, Any]) -> None:
         _fit_ddp(with_model_board(dict(config)), workers, cpus_per_worker, gpus_per_worker, train_storage,
-                 controller_failure_limit, worker_failures, keep_by)
+                 controller_failure_limit, worker_failures, keep_by, accelerator)
     return tune.with_resources(trainable, {"cpu": DRIVER_CPU})
 
 
@@ -57,7 +86,8 @@ def _train_worker(config: dict[str, Any]) -> None:
 
 
 def _fit_ddp(config: dict[str, Any], workers: int, cpus: float, gpus: float, storage: str,
-             controller_failure_limit: int, worker_failures: int, keep_by: tuple[str, str]) -> None:
+             controller_failure_limit: int, worker_failures: int, keep_by: tuple[str, str],
+             accelerator: str = "") -> None:
     import ray.train
     from ray import tune
     from ray.train.torch import TorchConfig, TorchTrainer
@@ -67,7 +97,7 @@ def _fit_ddp(config: dict[str, Any], workers: int, cpus: float, gpus: float, sto
     # TorchTrainer is built: here, in the trial.
     os.environ.setdefault("RAY_TRAIN_ENABLE_STATE_TRACKING", "1")
     use_gpu = gpus > 0
-    resources = {"CPU": cpus, **({"GPU": gpus} if use_gpu else {})}
+    resources = worker_resources(config, cpus, gpus, accelerator)
     # The run name comes from the trial id, so a retried or resumed trial finds its own
     # Train run (and its latest checkpoint) again.
     name = f"train-{tune.get_context().get_trial_id()}"

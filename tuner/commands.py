@@ -74,7 +74,7 @@ def cmd_resume(args) -> int:
 
 
 def cmd_status(args) -> int:
-    from .results import select, trials
+    from .results import reserved_text, select, trials
     from .run import load_saved
     exp = load_saved(args.exp_dir)
     rows = trials(exp)
@@ -87,18 +87,20 @@ def cmd_status(args) -> int:
                           "best": best.trial_id if best else None,
                           "trials": [{"trial_id": r.trial_id, "state": r.state, "status": r.status, "epoch": r.epoch,
                                       "reason": r.metrics.get("reason"), "actor_id": r.metrics.get("actor_id"),
+                                      "reserved": r.reserved,
                                       "error": r.error or None,
                                       "error_file": r.error_file or None,
                                       exp.metric: r.metrics.get(exp.metric), "params": r.params} for r in rows]},
                          default=str, indent=1))
         return 0
     print(f"{exp.name}: {len(rows)} trials, metric {exp.metric} ({exp.mode}), max {exp.budget.max_epochs} epochs")
-    print(f"{'trial':12s} {'state':11s} {'status':10s} {'epoch':>5s} {exp.metric:>10s}  {'actor':32s}  params")
+    print(f"{'trial':12s} {'state':11s} {'status':10s} {'epoch':>5s} {exp.metric:>10s}  {'reserved':14s} "
+          f"{'actor':32s}  params")
     for r in rows:
         v = r.metrics.get(exp.metric)
         mark = " *" if best and r.trial_id == best.trial_id else ""
         print(f"{r.trial_id:12s} {r.state:11s} {r.status or '-':10s} {r.epoch:5d} {sig4(v) if v is not None else '-':>10s}"
-              f"  {r.metrics.get('actor_id') or '-':32s}  {params_text(r.params)}{mark}")
+              f"  {reserved_text(r.reserved):14s} {r.metrics.get('actor_id') or '-':32s}  {params_text(r.params)}{mark}")
         if r.status not in ("", "ok") and r.metrics.get("reason"):
             print(f"{'':12s} reason: {r.metrics['reason']}")
         if r.error:

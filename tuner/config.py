@@ -74,6 +74,9 @@ class Resources(BaseModel):
     workers: int = Field(1, ge=1)                 # DDP workers per trial (>= 2: Ray Train)
     cpus_per_worker: float = Field(1.0, gt=0)
     gpus_per_worker: float = Field(0.0, ge=0)     # fractions allowed for 1-worker trials
+    accelerator: Optional[str] = Field(None, pattern=r"^[A-Za-z0-9_-]+$")  # GPU type, e.g. A100 -> accelerator_type:A100
+    max_failures: int = Field(1, ge=0)            # times Tune retries a failed trial (from its checkpoint)
+    worker_failures: int = Field(1, ge=0)         # times Ray Train restarts a DDP trial's worker group
 
 
 class SearchEntry(BaseModel):
@@ -339,6 +342,9 @@ def _experiment_problems(exp: Experiment) -> list[str]:
                  "1-worker trials; use whole GPUs with DDP workers")
     if exp.second_objective and exp.second_objective.metric == exp.metric:
         p.append("second_objective.metric: must differ from metric")
+    if exp.resources.accelerator and exp.resources.gpus_per_worker == 0:
+        p.append(f"resources.accelerator: {exp.resources.accelerator!r} names a GPU type but resources.gpus_per_worker "
+                 "is 0; set gpus_per_worker, or remove accelerator")
     return p
 
 

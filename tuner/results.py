@@ -22,6 +22,7 @@ class TrialRow:
     error: str = ""         # an errored trial's error (last line of its error file)
     error_file: str = ""    # that file, inside the experiment folder
     path: str = ""          # the trial's folder in the experiment folder
+    reserved: dict[str, float] | None = None  # what Tune reserved for the trial (Ray resource names)
 
 
 def _checkpoint_of(trial) -> str | None:
@@ -40,6 +41,18 @@ def _error_of(trial) -> tuple[str, str]:
     return (lines[-1] if lines else "(empty error file)"), str(path)
 
 
+def _reserved(trial) -> dict[str, float]:
+    pgf = getattr(trial, "placement_group_factory", None)
+    return {k: v for k, v in (pgf.required_resources if pgf else {}).items() if v}
+
+
+def reserved_text(reserved: dict[str, float] | None) -> str:
+    """{'CPU': 3.0, 'GPU': 1.0} -> 'CPU 3, GPU 1' (accelerator types shortened to their name)."""
+    parts = [k.split(":", 1)[1] if k.startswith("accelerator_type:") else f"{k} {v:g}"
+             for k, v in (reserved or {}).items()]
+    return ", ".join(parts) or "-"
+
+
 def trials(exp: Experiment) -> list[TrialRow]:
     from ray.tune import ExperimentAnalysis
     analysis = ExperimentAnalysis(str(exp.exp_dir))
@@ -48,7 +61,7 @@ def trials(exp: Experiment) -> list[TrialRow]:
         last = dict(t.last_result or {})
         rows.append(TrialRow(t.trial_id, t.status, str(last.get("status", "")), int(last.get("epoch", 0) or 0), last,
                              {k: t.config.get(k) for k in exp.search}, dict(t.config), _checkpoint_of(t),
-                             *_error_of(t), str(t.path or "")))
+                             *_error_of(t), str(t.path or ""), _reserved(t)))
     return rows
 
 

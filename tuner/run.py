@@ -58,7 +58,7 @@ def connect(address: str | None, exp: Experiment, echo: Callable[[str], None] = 
             raise ClusterError(f"cannot connect to Ray at {address}: {e}") from None
         echo(f"connected to Ray at {address}")
     else:
-        need = trial_resources(exp.resources.workers, exp.resources.cpus_per_worker, exp.resources.gpus_per_worker)
+        need = largest_need(exp)
         # Logical CPUs: at least one trial must fit, even on a 2-core laptop.
         cpus = max(os.cpu_count() or 1, math.ceil(need["CPU"]))
         # No spot instances on an embedded local Ray: skip Ray Train's preemption watcher,
@@ -92,20 +92,39 @@ def preflight(exp: Experiment) -> None:
     check_folders({"storage_path": exp.exp_dir.parent, "train.cache_dir": exp.base_config()["cache_dir"]})
 
 
-def fitting_concurrency(exp: Experiment, cluster: dict[str, float]) -> int:
-    """How many trials the cluster holds at once; ClusterError when not even one fits."""
-    need = trial_resources(exp.resources.workers, exp.resources.cpus_per_worker, exp.resources.gpus_per_worker)
+def largest_need(exp: Experiment) -> dict[str, float]:
+    """What the hungriest trial of the search takes: reservations follow each trial's config
+    (the torch loader's num_workers), so the largest draw decides what must fit."""
+    from .config import _candidates
+    base = exp.base_config()
+    loaders = _candidates(exp.search["loader"]) if "loader" in exp.search else [base["loader"]]
+    counts = _candidates(exp.search["num_workers"]) if "num_workers" in exp.search else [base["num_workers"]]
+    r = exp.resources
+    needs = [trial_resources(r.workers, r.cpus_per_worker, r.gpus_per_worker, {"loader": lo, "num_workers": n},
+                             r.accelerator or "") for lo in loaders for n in counts]
+    return max(needs, key=lambda d: (d.get("GPU", 0.0), d["CPU"]))
+
+
+def fitting_concurrency(exp: Experiment, cluster: dict[str, float], free: dict[str, float] | None = None) -> int:
+    """How many trials run at once: as many of the largest draw as fit in what is free now (the
+    total when `free` is not given; at least one, which waits when another experiment holds
+    the cluster).  ClusterError when not even one fits the whole cluster."""
+    need = largest_need(exp)
     fits = []
     for res, amount in need.items():
         if amount <= 0:
             continue
         have = cluster.get(res, 0.0)
         if have + 1e-9 < amount:
+            r = exp.resources
             raise ClusterError(
-                f"one trial needs {amount:g} {res} (resources: workers={exp.resources.workers}, "
-                f"cpus_per_worker={exp.resources.cpus_per_worker:g}, gpus_per_worker={exp.resources.gpus_per_worker:g})"
-                f" but the cluster has {have:g}; lower resources.* or add nodes")
-        fits.append(int(have // amount + 1e-9))
+                f"one trial needs {amount:g} {res} (resources: workers={r.workers}, cpus_per_worker="
+                f"{r.cpus_per_worker:g}, gpus_per_worker={r.gpus_per_worker:g}"
+                + (f", accelerator={r.accelerator}" if r.accelerator else "")
+                + (", and the torch loader's num_workers" if res == "CPU" and amount > r.cpus_per_worker * r.workers + 0.5
+                   else "") + f") but the cluster has {have:g}; lower resources.* or add nodes")
+        pool = free.get(res, 0.0) if free is not None else have
+        fits.append(int(pool // amount + 1e-9))
     cap = min(fits) if fits else exp.budget.num_samples
     if exp.budget.max_concurrent_trials:
         cap = min(cap, exp.budget.max_concurrent_trials)
@@ -140,7 +159,8 @@ def build_tuner(exp: Experiment, concurrency: int, verbose: bool = False):
             name=exp.name, storage_path=str(exp.exp_dir.parent),
             checkpoint_config=tune.CheckpointConfig(num_to_keep=KEEP_BEST, checkpoint_score_attribute=exp.metric,
                                                     checkpoint_score_order=exp.mode),  # best two + latest
-            failure_config=tune.FailureConfig(max_failures=1), verbose=1 if verbose else 0,
+            failure_config=tune.FailureConfig(max_failures=exp.resources.max_failures),
+            verbose=1 if verbose else 0,
             # Files a trial writes in its folder (the model's TensorBoard views) reach the
             # experiment folder from whichever node ran it.
             sync_config=tune.SyncConfig(sync_artifacts=True),
@@ -164,7 +184,8 @@ def console_for(exp: Experiment):
 def trainable_for(exp: Experiment):
     r = exp.resources
     return make_trainable(r.workers, r.cpus_per_worker, r.gpus_per_worker, str(exp.exp_dir / "train-runs"),
-                          keep_by=(exp.metric, exp.mode))
+                          worker_failures=r.worker_failures, keep_by=(exp.metric, exp.mode),
+                          accelerator=r.accelerator or "")
 
 
 def _save_experiment(exp: Experiment) -> None:
@@ -236,7 +257,7 @@ def run_experiment(exp: Experiment, address: str | None = None, echo: Callable[[
     preflight(exp)
     local_ray.end_leftovers(exp.exp_dir.parent, echo)
     session_dir = connect(address, exp, echo, allow_no_auth, verbose)
-    concurrency = fitting_concurrency(exp, ray.cluster_resources())
+    concurrency = fitting_concurrency(exp, ray.cluster_resources(), ray.available_resources())
     _save_experiment(exp)
     echo(f"experiment {exp.name}: {exp.budget.num_samples} trials, up to {concurrency} at once, "
          f"ASHA over {exp.budget.max_epochs} epochs; results in {exp.exp_dir}")
