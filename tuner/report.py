@@ -324,6 +324,7 @@ def importance_by_rung(exp: Experiment, ts: list[Trial]) -> list[dict[str, Any]]
     MIN_RUNG_TRIALS trials are listed as skipped."""
     import optuna
     from optuna.importance import PedAnovaImportanceEvaluator
+    optuna.logging.set_verbosity(optuna.logging.WARNING)   # no line per in-memory study
     dists = distributions(exp)
     levels = sorted(set(asha_rungs(exp.budget.max_epochs, exp.budget.grace_epochs, int(exp.budget.reduction_factor))
                         + [exp.budget.max_epochs]))
