@@ -72,3 +72,70 @@ def check_folders(folders: dict[str, str | os.PathLike], min_free: int = MIN_FRE
     problems = [p for name, path in folders.items() if (p := folder_problem(name, path, min_free))]
     if problems:
         raise PreflightError("preflight failed, nothing was started:\n" + "\n".join(f"  - {p}" for p in problems))
+
+
+# ---------------------------------------------------------------- every node of a cluster
+
+MARKER = ".tuner-preflight"   # in the experiment folder: the run's token; every node must read it
+PREFLIGHT_ENV = "TUNER_PREFLIGHT"  # "<marker path>\n<token>\n<python> <ray> <torch>" for trials
+
+
+def versions() -> dict[str, str]:
+    """What must match across nodes: Python, Ray and torch."""
+    import platform
+
+    import ray
+    import torch
+    return {"python": platform.python_version(), "ray": ray.__version__, "torch": torch.__version__}
+
+
+def node_problems(marker: str, token: str, expected: dict[str, str], gpus: float = 0) -> list[str]:
+    """What keeps this node from running trials of the run that wrote `marker` (holding
+    `token`): the storage path it cannot see (judged by reading the driver's marker and writing
+    one of its own, not by the path's form), versions that differ from the driver's, or, on a
+    node with GPUs, CUDA that does not work."""
+    problems = []
+    path = Path(marker)
+    try:
+        seen = path.read_text()
+    except OSError as e:
+        seen = None
+        problems.append(f"cannot read {path} ({e.strerror}): the storage path is not the driver's here; mount the "
+                        f"same shared folder at {path.parent.parent} on every node")
+    if seen is not None and seen != token:
+        problems.append(f"{path} holds another run's token: this node sees a different folder at "
+                        f"{path.parent.parent}; mount the driver's shared folder there")
+    if seen == token:
+        trouble = folder_problem("storage_path", path.parent, min_free=0)
+        if trouble:
+            problems.append(trouble)
+    mine = versions()
+    for k, v in expected.items():
+        if mine.get(k) != v:
+            problems.append(f"{k} {mine.get(k)} here but {v} on the driver; install the same version on every node "
+                            "(cluster/Dockerfile)")
+    if gpus > 0:
+        import torch
+        try:
+            ok = torch.cuda.is_available() and float((torch.ones(1, device="cuda") + 1).item()) == 2.0
+        except Exception as e:  # noqa: BLE001
+            ok, why = False, str(e).splitlines()[0]
+        else:
+            why = "torch.cuda.is_available() is False"
+        if not ok:
+            problems.append(f"the node has {gpus:g} GPU(s) but CUDA does not work ({why}); check the driver (>= 580)")
+    return problems
+
+
+def trial_node_check() -> None:
+    """In a trial, before it trains: the node it landed on (one that may have joined after the
+    run started) passes the same checks; PreflightError otherwise."""
+    spec = os.environ.get(PREFLIGHT_ENV)
+    if not spec:
+        return
+    marker, token, *rest = spec.split("\n")
+    expected = dict(zip(("python", "ray", "torch"), (rest[0].split() if rest else [])))
+    problems = node_problems(marker, token, expected)
+    if problems:
+        import socket
+        raise PreflightError(f"node {socket.gethostname()} cannot run this trial:\n" + "\n".join(f"  - {p}" for p in problems))

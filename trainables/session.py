@@ -64,11 +64,12 @@ def kept_beside(path: str | Path | None) -> list[str]:
     return [str(p) for p in sorted(here.parent.glob("checkpoint_*"), reverse=True) if p.is_dir() and p != here]
 
 
-def actor_id() -> str:
-    """The Ray actor this process is (the trial's, or the Train worker's): every result carries
-    it, so the dashboard's actor view (and its logs) can be found from `status`."""
+def where() -> dict[str, str]:
+    """The Ray actor this process is (the trial's, or the Train worker's) and its node: every
+    result carries them, so the dashboard's actor view (and its logs) can be found from `status`."""
     import ray
-    return ray.get_runtime_context().get_actor_id() or ""
+    ctx = ray.get_runtime_context()
+    return {"actor_id": ctx.get_actor_id() or "", "node_id": ctx.get_node_id() or ""}
 
 
 class PlainSession(Session):
@@ -107,7 +108,7 @@ class TuneSession(Session):
     def report(self, metrics, checkpoint_dir=None):
         from ray import tune
         ckpt = tune.Checkpoint.from_directory(checkpoint_dir) if checkpoint_dir else None
-        tune.report({**metrics, "actor_id": actor_id()}, checkpoint=ckpt)
+        tune.report({**metrics, **where()}, checkpoint=ckpt)
 
     def get_checkpoint(self):
         from ray import tune
@@ -132,7 +133,7 @@ class TrainSession(Session):
     def report(self, metrics, checkpoint_dir=None):
         import ray.train
         ckpt = ray.train.Checkpoint.from_directory(checkpoint_dir) if checkpoint_dir else None
-        ray.train.report({**metrics, "actor_id": actor_id()}, checkpoint=ckpt)
+        ray.train.report({**metrics, **where()}, checkpoint=ckpt)
 
     def get_checkpoint(self):
         import ray.train

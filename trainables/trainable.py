@@ -58,7 +58,9 @@ def make_trainable(workers: int, cpus_per_worker: float, gpus_per_worker: float,
     if workers <= 1:
         def trainable(config: dict[str, Any]) -> None:
             from .loop import train_loop
+            from .preflight import trial_node_check
             from .session import TuneSession
+            trial_node_check()   # this node, which may have joined after the run's preflight
             train_loop(with_model_board(dict(config)), TuneSession(config.get("device", "auto")))
         return tune.with_resources(trainable, lambda config: PlacementGroupFactory(
             [worker_resources(config, cpus_per_worker, gpus_per_worker, accelerator)]))
@@ -81,7 +83,9 @@ def with_model_board(config: dict[str, Any]) -> dict[str, Any]:
 def _train_worker(config: dict[str, Any]) -> None:
     # Imported here: the Tune trial process that only drives TorchTrainer never loads torch.
     from .loop import train_loop
+    from .preflight import trial_node_check
     from .session import TrainSession
+    trial_node_check()
     train_loop(config, TrainSession(config.get("device", "auto")))
 
 

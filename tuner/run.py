@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 import yaml
 
-from trainables.preflight import check_folders
+from trainables.preflight import MARKER, PREFLIGHT_ENV, PreflightError, check_folders
 from trainables.trainable import KEEP_BEST, make_trainable, trial_resources
 
 from . import local_ray
@@ -31,7 +31,7 @@ class ClusterError(RuntimeError):
 
 
 def connect(address: str | None, exp: Experiment, echo: Callable[[str], None] = print,
-            allow_no_auth: bool = False, verbose: bool = False) -> str | None:
+            allow_no_auth: bool = False, verbose: bool = False, env: dict[str, str] | None = None) -> str | None:
     """Join `address` / RAY_ADDRESS, or start an embedded local Ray with its dashboard on
     127.0.0.1 (token authentication stays on; refused when the environment turns it off,
     unless the user says so).  The session folder of a Ray started here, else None."""
@@ -49,7 +49,7 @@ def connect(address: str | None, exp: Experiment, echo: Callable[[str], None] = 
     log_level = logging.INFO if verbose else logging.WARNING
     for k, v in TRAIN_ENV.items():
         os.environ.setdefault(k, v)
-    runtime_env = {"env_vars": {k: os.environ[k] for k in TRAIN_ENV}}
+    runtime_env = {"env_vars": {**{k: os.environ[k] for k in TRAIN_ENV}, **(env or {})}}
     address = address or os.environ.get("RAY_ADDRESS")
     if address:
         try:
@@ -90,6 +90,51 @@ def _fit(exp: Experiment, tuner, session_dir: str | None):
 def preflight(exp: Experiment) -> None:
     """The folders the run writes are usable: checked before Ray starts or a folder is made."""
     check_folders({"storage_path": exp.exp_dir.parent, "train.cache_dir": exp.base_config()["cache_dir"]})
+
+
+class NodeCheck:
+    """The run's marker in the storage path, which every node (and every trial, on whatever node
+    it lands) must read back: proof that it sees the driver's storage, not a folder of the same
+    name.  `env` carries it to the trials; `check_nodes` asks every node now."""
+
+    def __init__(self, exp: Experiment):
+        import secrets
+
+        from trainables.preflight import versions
+        self.path = exp.exp_dir.parent / f"{MARKER}-{exp.name}"
+        self.token = secrets.token_hex(16)
+        self.versions = versions()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.write_text(self.token)
+        self.env = {PREFLIGHT_ENV: f"{self.path}\n{self.token}\n" + " ".join(self.versions[k] for k in ("python", "ray", "torch"))}
+
+    def check_nodes(self, timeout_s: float = 180) -> None:
+        """A task pinned to every alive node runs the checks; PreflightError naming each node
+        that fails.  Skipped when the driver's own node is the whole cluster (checked already)."""
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        from trainables.preflight import node_problems
+        alive = [n for n in ray.nodes() if n["Alive"]]
+        if len(alive) == 1 and alive[0]["NodeID"] == ray.get_runtime_context().get_node_id():
+            return
+        task = ray.remote(num_cpus=0, max_retries=0)(node_problems)
+        refs = [task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote(
+            str(self.path), self.token, self.versions, n["Resources"].get("GPU", 0)) for n in alive]
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+        problems = []
+        for n, ref in zip(alive, refs):
+            where = f"node {n['NodeManagerAddress']} ({n['NodeID'][:12]})"
+            if ref not in ready:
+                problems.append(f"{where}: did not answer within {timeout_s:g} s")
+                continue
+            problems += [f"{where}: {p}" for p in ray.get(ref)]
+        if problems:
+            raise PreflightError("preflight failed on the cluster, no trial was started:\n"
+                                 + "\n".join(f"  - {p}" for p in problems))
+
+    def remove(self) -> None:
+        self.path.unlink(missing_ok=True)
 
 
 def largest_need(exp: Experiment) -> dict[str, float]:
@@ -256,23 +301,37 @@ def run_experiment(exp: Experiment, address: str | None = None, echo: Callable[[
             "choose another name (--set name=NEW)"])
     preflight(exp)
     local_ray.end_leftovers(exp.exp_dir.parent, echo)
-    session_dir = connect(address, exp, echo, allow_no_auth, verbose)
-    concurrency = fitting_concurrency(exp, ray.cluster_resources(), ray.available_resources())
-    _save_experiment(exp)
-    echo(f"experiment {exp.name}: {exp.budget.num_samples} trials, up to {concurrency} at once, "
-         f"ASHA over {exp.budget.max_epochs} epochs; results in {exp.exp_dir}")
-    echo(f"watch: tensorboard --logdir {exp.exp_dir}")
-    return summarize(exp, _fit(exp, build_tuner(exp, concurrency, verbose), session_dir))
+    nodes = NodeCheck(exp)
+    try:
+        session_dir = connect(address, exp, echo, allow_no_auth, verbose, env=nodes.env)
+        nodes.check_nodes()
+        concurrency = fitting_concurrency(exp, ray.cluster_resources(), ray.available_resources())
+        _save_experiment(exp)
+        echo(f"experiment {exp.name}: {exp.budget.num_samples} trials, up to {concurrency} at once, "
+             f"ASHA over {exp.budget.max_epochs} epochs; results in {exp.exp_dir}")
+        echo(f"watch: tensorboard --logdir {exp.exp_dir}")
+        return summarize(exp, _fit(exp, build_tuner(exp, concurrency, verbose), session_dir))
+    finally:
+        nodes.remove()
 
 
 def resume_experiment(exp_dir: str | Path, address: str | None = None, echo: Callable[[str], None] = print,
                       allow_no_auth: bool = False, verbose: bool = False):
-    import ray
-    from ray import tune
     exp = load_saved(exp_dir)
     preflight(exp)
     local_ray.end_leftovers(exp.exp_dir.parent, echo)
-    session_dir = connect(address, exp, echo, allow_no_auth, verbose)
+    nodes = NodeCheck(exp)
+    try:
+        return _resume(exp, exp_dir, address, echo, allow_no_auth, verbose, nodes)
+    finally:
+        nodes.remove()
+
+
+def _resume(exp: Experiment, exp_dir, address, echo, allow_no_auth, verbose, nodes: NodeCheck):
+    import ray
+    from ray import tune
+    session_dir = connect(address, exp, echo, allow_no_auth, verbose, env=nodes.env)
+    nodes.check_nodes()
     fitting_concurrency(exp, ray.cluster_resources())
     if not tune.Tuner.can_restore(str(exp.exp_dir)):
         raise ExperimentError(str(exp_dir), ["no Tune state to resume from in this folder"])

@@ -1,0 +1,124 @@
+"""Several nodes on one machine: a `ray.cluster_utils.Cluster` whose head runs no trials and
+three worker nodes.  The pytest process only manages the cluster; every driver is a CLI
+subprocess given its address."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    from ray.cluster_utils import Cluster
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": True,
+                                                       "dashboard_host": "127.0.0.1"})
+    workers = [c.add_node(num_cpus=2) for _ in range(3)]
+    c.wait_for_nodes()
+    yield c, workers
+    for node in list(c.worker_nodes) + [c.head_node]:  # not c.shutdown(): it resets this process's Ray state
+        c.remove_node(node, allow_graceful=True)   # the raylet ends its agents too
+
+
+def _spec(tmp_path: Path, name: str, samples: int, storage: Path) -> Path:
+    spec = tmp_path / f"{name}.yaml"
+    spec.write_text(f"""
+name: {name}
+storage_path: {storage}
+seed: 2
+budget: {{num_samples: {samples}, max_epochs: 2, grace_epochs: 2}}
+resources: {{workers: 1, cpus_per_worker: 1}}
+train: {{dataset: digits, cache_dir: {tmp_path / 'cache'}, model: convnet, width: 0.25, max_steps_per_epoch: 2}}
+search:
+  lr: {{type: loguniform, low: 1.0e-2, high: 0.1}}
+""")
+    return spec
+
+
+def _run(spec: Path, address: str, timeout: int = 240) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tuner", "run", str(spec), "--address", address],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.timeout(300)
+def test_every_trial_runs_on_a_worker_node_and_its_results_reach_the_storage_path(cluster, tmp_path):
+    c, workers = cluster
+    storage = tmp_path / "runs"
+    r = _run(_spec(tmp_path, "spread", 3, storage), c.address)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+    exp_dir = storage / "spread"
+    folders = sorted(p.parent for p in exp_dir.glob("trial_*/result.json"))
+    assert len(folders) == 3
+    worker_ids = {n.node_id for n in workers}
+    for f in folders:
+        rows = [json.loads(line) for line in (f / "result.json").read_text().splitlines()]
+        assert rows and all(row["node_id"] in worker_ids for row in rows), (f, [row["node_id"] for row in rows])
+        assert list(f.glob("events.out.tfevents.*")), f            # TensorBoard files in the storage path
+        assert list(f.glob("checkpoint_*/checkpoint.pt")), f
+
+
+@pytest.mark.timeout(300)
+def test_a_node_that_cannot_see_the_storage_path_is_refused_by_name(cluster, tmp_path):
+    c, _ = cluster
+    storage = tmp_path / "shared"
+    storage.mkdir()
+    probe = subprocess.run(["unshare", "--mount", "sh", "-c", f"mount -t tmpfs tmpfs {storage}"],
+                           capture_output=True, text=True)
+    if probe.returncode != 0:
+        pytest.skip(f"cannot make a private mount namespace here (unshare --mount: {probe.stderr.strip()})")
+    ray_bin = str(Path(sys.executable).parent / "ray")
+    # A node in its own mount namespace, with an empty tmpfs over the storage folder: the path
+    # exists there and is writable, but it is not the driver's folder.
+    node = subprocess.Popen(
+        ["unshare", "--mount", "sh", "-c",
+         f"mount -t tmpfs tmpfs {storage} && exec {ray_bin} start --address={c.address} --num-cpus=1 --block"],
+        start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 90
+        while len(_alive_nodes(c.address)) < 5:
+            assert time.monotonic() < deadline and node.poll() is None, "the extra node did not join"
+            time.sleep(1)
+        r = _run(_spec(tmp_path, "unseen", 1, storage), c.address)
+    finally:
+        _end_group(node)
+    out = r.stdout + r.stderr
+    assert r.returncode == 2, out[-3000:]
+    assert "preflight failed on the cluster, no trial was started" in out and "Traceback" not in out, out[-3000:]
+    bad = [ln for ln in out.splitlines() if "cannot read" in ln]
+    assert len(bad) == 1 and "the storage path is not the driver's here" in bad[0], out[-3000:]
+    assert not (storage / "unseen" / "tuner-experiment.yaml").exists()
+
+
+def _end_group(proc: subprocess.Popen) -> None:
+    """SIGTERM to the node's process group, then SIGKILL to whatever of it is left (its agents
+    outlive `ray start --block`)."""
+    members = [p for p in psutil.process_iter() if _pgid(p.pid) == proc.pid]
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            pass
+        psutil.wait_procs(members, timeout=20)
+    proc.wait(timeout=10)
+
+
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None
+
+
+def _alive_nodes(address: str) -> list[str]:
+    """Alive node ids, asked of the cluster from a subprocess (this process stays off it)."""
+    code = ("import ray, json; ray.init(address=%r, log_to_driver=False, logging_level='ERROR');"
+            "print(json.dumps([n['NodeID'] for n in ray.nodes() if n['Alive']]))" % address)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    return json.loads(r.stdout.strip().splitlines()[-1]) if r.returncode == 0 else []
