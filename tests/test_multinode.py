@@ -18,8 +18,12 @@ pytestmark = pytest.mark.integration
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     from ray.cluster_utils import Cluster
+    import socket
+    with socket.socket() as s:   # the suite's own Ray holds the default dashboard port
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
     c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": True,
-                                                       "dashboard_host": "127.0.0.1"})
+                                                       "dashboard_host": "127.0.0.1", "dashboard_port": port})
     workers = [c.add_node(num_cpus=2) for _ in range(3)]
     c.wait_for_nodes()
     yield c, workers
@@ -27,15 +31,16 @@ def cluster(tmp_path_factory):
         c.remove_node(node, allow_graceful=True)   # the raylet ends its agents too
 
 
-def _spec(tmp_path: Path, name: str, samples: int, storage: Path) -> Path:
+def _spec(tmp_path: Path, name: str, samples: int, storage: Path, epochs: int = 2, workers: int = 1,
+          resources: str = "", train: str = "") -> Path:
     spec = tmp_path / f"{name}.yaml"
     spec.write_text(f"""
 name: {name}
 storage_path: {storage}
 seed: 2
-budget: {{num_samples: {samples}, max_epochs: 2, grace_epochs: 2}}
-resources: {{workers: 1, cpus_per_worker: 1}}
-train: {{dataset: digits, cache_dir: {tmp_path / 'cache'}, model: convnet, width: 0.25, max_steps_per_epoch: 2}}
+budget: {{num_samples: {samples}, max_epochs: {epochs}, grace_epochs: {epochs}}}
+resources: {{workers: {workers}, cpus_per_worker: 1{resources}}}
+train: {{dataset: digits, cache_dir: {tmp_path / 'cache'}, model: convnet, width: 0.25, max_steps_per_epoch: 2{train}}}
 search:
   lr: {{type: loguniform, low: 1.0e-2, high: 0.1}}
 """)
@@ -122,3 +127,70 @@ def _alive_nodes(address: str) -> list[str]:
             "print(json.dumps([n['NodeID'] for n in ray.nodes() if n['Alive']]))" % address)
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     return json.loads(r.stdout.strip().splitlines()[-1]) if r.returncode == 0 else []
+
+
+def _dashboard(c, route: str) -> dict:
+    import urllib.request
+    token = (Path.home() / ".ray" / "auth_token").read_text().strip()
+    url = c.head_node.address_info["webui_url"]
+    req = urllib.request.Request(f"http://{url}{route}", headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return json.loads(r.read())
+
+
+@pytest.mark.timeout(300)
+def test_a_ddp_trial_with_its_ranks_on_two_nodes_trains(cluster, tmp_path):
+    c, workers = cluster
+    storage = tmp_path / "runs"
+    r = _run(_spec(tmp_path, "ddp2", 1, storage, workers=2,
+                  resources=", placement_strategy: STRICT_SPREAD"), c.address)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+    (f,) = [p.parent for p in (storage / "ddp2").glob("trial_*/result.json")]
+    rows = [json.loads(line) for line in (f / "result.json").read_text().splitlines()]
+    assert [row["epoch"] for row in rows] == [1, 2] and all(row["status"] == "ok" for row in rows)
+    assert rows[-1]["global_batch_size"] == 2 * 64                  # two ranks' batches of 64
+    trial_id = f.name.removeprefix("trial_")
+    run = next(x for x in _dashboard(c, "/api/train/v2/runs/v1")["train_runs"] if x["name"] == f"train-{trial_id}")
+    ranks = {w["world_rank"]: w["node_id"] for w in run["attempts"][-1]["workers"]}
+    worker_ids = {n.node_id for n in workers}
+    assert len(ranks) == 2 and ranks[0] != ranks[1] and set(ranks.values()) <= worker_ids, ranks
+    assert rows[-1]["node_id"] == ranks[0]                           # rank 0 reports
+
+
+@pytest.mark.timeout(300)
+def test_a_trial_whose_node_is_removed_resumes_on_another_from_its_checkpoint(cluster, tmp_path):
+    c, workers = cluster
+    faults = tmp_path / "faults"
+    faults.mkdir()
+    (faults / "hold").write_text("2")                  # every trial waits before epoch 2 (epoch 1 checkpointed)
+    storage = tmp_path / "runs"
+    spec = _spec(tmp_path, "lost", 1, storage, epochs=3, train=f", fault_dir: {faults}")
+    proc = subprocess.Popen([sys.executable, "-m", "tuner", "run", str(spec), "--address", c.address],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        result = None
+        deadline = time.monotonic() + 120
+        while result is None:
+            assert time.monotonic() < deadline and proc.poll() is None, "no first epoch"
+            found = list((storage / "lost").glob("trial_*/result.json"))
+            if found and found[0].read_text().strip() and (faults / "rank0.pid").exists():
+                result = found[0]
+            time.sleep(0.5)
+        first = json.loads(result.read_text().splitlines()[0])
+        pid = int((faults / "rank0.pid").read_text())
+        victim = next(n for n in workers if n.node_id == first["node_id"])
+        c.remove_node(victim, allow_graceful=False)     # the node goes away with the trial on it
+        deadline = time.monotonic() + 120
+        while int((faults / "rank0.pid").read_text() or 0) == pid:   # the retried trial has started
+            assert time.monotonic() < deadline and proc.poll() is None, "the trial was not retried"
+            time.sleep(0.5)
+        (faults / "hold").unlink()
+        out, _ = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        c.add_node(num_cpus=2)                           # the module's cluster keeps three workers
+    assert proc.returncode == 0, out[-4000:]
+    rows = [json.loads(line) for line in result.read_text().splitlines()]
+    assert [row["epoch"] for row in rows] == [1, 2, 3], rows       # epoch 1 not reported twice
+    assert rows[1]["resumed_from_epoch"] == 1 and rows[1]["node_id"] != first["node_id"]

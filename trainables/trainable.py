@@ -48,7 +48,8 @@ def trial_resources(workers: int, cpus_per_worker: float, gpus_per_worker: float
 
 def make_trainable(workers: int, cpus_per_worker: float, gpus_per_worker: float, train_storage: str,
                    controller_failure_limit: int = 2, worker_failures: int = 1,
-                   keep_by: tuple[str, str] = ("val_acc", "max"), accelerator: str = "") -> Callable:
+                   keep_by: tuple[str, str] = ("val_acc", "max"), accelerator: str = "",
+                   placement_strategy: str = "PACK") -> Callable:
     """A Tune function trainable whose reservation follows each trial's config (see
     worker_resources); a Train run keeps its KEEP_BEST best checkpoints by keep_by (metric,
     mode) and its latest."""
@@ -67,7 +68,7 @@ def make_trainable(workers: int, cpus_per_worker: float, gpus_per_worker: float,
 
     def trainable(config: dict[str, Any]) -> None:
         _fit_ddp(with_model_board(dict(config)), workers, cpus_per_worker, gpus_per_worker, train_storage,
-                 controller_failure_limit, worker_failures, keep_by, accelerator)
+                 controller_failure_limit, worker_failures, keep_by, accelerator, placement_strategy)
     return tune.with_resources(trainable, {"cpu": DRIVER_CPU})
 
 
@@ -91,7 +92,7 @@ def _train_worker(config: dict[str, Any]) -> None:
 
 def _fit_ddp(config: dict[str, Any], workers: int, cpus: float, gpus: float, storage: str,
              controller_failure_limit: int, worker_failures: int, keep_by: tuple[str, str],
-             accelerator: str = "") -> None:
+             accelerator: str = "", placement_strategy: str = "PACK") -> None:
     import ray.train
     from ray import tune
     from ray.train.torch import TorchConfig, TorchTrainer
@@ -108,7 +109,8 @@ def _fit_ddp(config: dict[str, Any], workers: int, cpus: float, gpus: float, sto
     trainer = TorchTrainer(
         _train_worker, train_loop_config=config,
         torch_config=TorchConfig(backend="nccl" if use_gpu else "gloo"),
-        scaling_config=ray.train.ScalingConfig(num_workers=workers, use_gpu=use_gpu, resources_per_worker=resources),
+        scaling_config=ray.train.ScalingConfig(num_workers=workers, use_gpu=use_gpu, resources_per_worker=resources,
+                                              placement_strategy=placement_strategy),
         run_config=ray.train.RunConfig(
             name=name, storage_path=storage, callbacks=[TuneReportCallback()],
             # Train keeps every checkpoint unless told.

@@ -77,6 +77,9 @@ class Resources(BaseModel):
     accelerator: Optional[str] = Field(None, pattern=r"^[A-Za-z0-9_-]+$")  # GPU type, e.g. A100 -> accelerator_type:A100
     max_failures: int = Field(1, ge=0)            # times Tune retries a failed trial (from its checkpoint)
     worker_failures: int = Field(1, ge=0)         # times Ray Train restarts a DDP trial's worker group
+    # Where a DDP trial's workers go; PACK (fewest nodes) is right for training. STRICT_SPREAD
+    # (one per node) is how the tests put ranks on different nodes.
+    placement_strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = "PACK"
 
 
 class SearchEntry(BaseModel):

@@ -104,14 +104,15 @@ class NodeCheck:
         self.path = exp.exp_dir.parent / f"{MARKER}-{exp.name}"
         self.token = secrets.token_hex(16)
         self.versions = versions()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.path.write_text(self.token)
         self.env = {PREFLIGHT_ENV: f"{self.path}\n{self.token}\n" + " ".join(self.versions[k] for k in ("python", "ray", "torch"))}
 
     def check_nodes(self, timeout_s: float = 180) -> None:
-        """A task pinned to every alive node runs the checks; PreflightError naming each node
-        that fails.  Skipped when the driver's own node is the whole cluster (checked already)."""
+        """Write the marker, then a task pinned to every alive node runs the checks;
+        PreflightError naming each node that fails.  No task when the driver's own node is the
+        whole cluster (checked already)."""
         import ray
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.write_text(self.token)
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         from trainables.preflight import node_problems
@@ -176,6 +177,49 @@ def fitting_concurrency(exp: Experiment, cluster: dict[str, float], free: dict[s
     return max(1, min(cap, exp.budget.num_samples))
 
 
+AUTOSCALER_CONFIG_ENV = "TUNER_AUTOSCALER_CONFIG"
+# Where `ray up` leaves the autoscaler's config on the head node (where a job's driver runs).
+BOOTSTRAP_CONFIG = "~/ray_bootstrap_config.yaml"
+
+
+def node_types() -> dict[str, dict[str, float]]:
+    """The worker node types the cluster's autoscaler may start (name -> one node's resources),
+    from TUNER_AUTOSCALER_CONFIG or `ray up`'s config on the head; {} when there is none."""
+    path = Path(os.environ.get(AUTOSCALER_CONFIG_ENV) or BOOTSTRAP_CONFIG).expanduser()
+    if not path.is_file():
+        return {}
+    try:
+        cfg = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        return {}
+    head = cfg.get("head_node_type")
+    return {name: {k: float(v) for k, v in (t.get("resources") or {}).items()}
+            for name, t in (cfg.get("available_node_types") or {}).items()
+            if name != head and int(t.get("max_workers", cfg.get("max_workers", 0)) or 0) > 0}
+
+
+def concurrency_for(exp: Experiment, echo: Callable[[str], None] = print) -> int:
+    """Concurrency against the cluster as it is, or, when a trial does not fit it now, against
+    what its autoscaler can add: then the autoscaler is asked for the resources and the run says
+    it waits.  ClusterError only when neither the cluster nor any node type holds a trial."""
+    import ray
+    try:
+        return fitting_concurrency(exp, ray.cluster_resources(), ray.available_resources())
+    except ClusterError as now:
+        need = largest_need(exp)
+        holding = [name for name, res in node_types().items()
+                   if all(res.get(k, 0.0) + 1e-9 >= v for k, v in need.items() if v > 0)]
+        if not holding:
+            raise now from None
+    from ray.autoscaler.sdk import request_resources
+    cap = exp.budget.max_concurrent_trials or exp.budget.num_samples
+    cap = min(cap, exp.budget.num_samples)
+    request_resources(bundles=[need] * cap)
+    echo(f"the cluster cannot hold a trial ({', '.join(f'{v:g} {k}' for k, v in need.items())}) yet: "
+         f"asked its autoscaler for {cap} (node type {', '.join(holding)}); trials wait until nodes join")
+    return cap
+
+
 def build_tuner(exp: Experiment, concurrency: int, verbose: bool = False):
     from ray import tune
     from ray.tune.schedulers import ASHAScheduler
@@ -187,9 +231,11 @@ def build_tuner(exp: Experiment, concurrency: int, verbose: bool = False):
     # One objective: Tune hands metric/mode to the searcher and scheduler (and shows the
     # metric in its trial table).  Two: the searcher gets both, ASHA stops on the first.
     exp.exp_dir.mkdir(parents=True, exist_ok=True)
+    # Nothing searched: the trials repeat the fixed settings (Tune's own generator; Optuna
+    # would have no space to sample).
     searcher = FidelityOptunaSearch(metric=exp.metrics if multi else None, mode=exp.modes if multi else None,
                                     storage=journal_storage(exp.exp_dir / JOURNAL), study_name=exp.name,
-                                    seed=exp.seed, max_epochs=exp.budget.max_epochs)
+                                    seed=exp.seed, max_epochs=exp.budget.max_epochs) if exp.search else None
     scheduler = ASHAScheduler(time_attr="epoch", metric=exp.metric if multi else None,
                               mode=exp.mode if multi else None, max_t=exp.budget.max_epochs,
                               grace_period=exp.budget.grace_epochs, reduction_factor=exp.budget.reduction_factor)
@@ -230,7 +276,7 @@ def trainable_for(exp: Experiment):
     r = exp.resources
     return make_trainable(r.workers, r.cpus_per_worker, r.gpus_per_worker, str(exp.exp_dir / "train-runs"),
                           worker_failures=r.worker_failures, keep_by=(exp.metric, exp.mode),
-                          accelerator=r.accelerator or "")
+                          accelerator=r.accelerator or "", placement_strategy=r.placement_strategy)
 
 
 def _save_experiment(exp: Experiment) -> None:
@@ -304,8 +350,8 @@ def run_experiment(exp: Experiment, address: str | None = None, echo: Callable[[
     nodes = NodeCheck(exp)
     try:
         session_dir = connect(address, exp, echo, allow_no_auth, verbose, env=nodes.env)
+        concurrency = concurrency_for(exp, echo)   # a trial no node can ever hold: refused first
         nodes.check_nodes()
-        concurrency = fitting_concurrency(exp, ray.cluster_resources(), ray.available_resources())
         _save_experiment(exp)
         echo(f"experiment {exp.name}: {exp.budget.num_samples} trials, up to {concurrency} at once, "
              f"ASHA over {exp.budget.max_epochs} epochs; results in {exp.exp_dir}")
@@ -331,8 +377,8 @@ def _resume(exp: Experiment, exp_dir, address, echo, allow_no_auth, verbose, nod
     import ray
     from ray import tune
     session_dir = connect(address, exp, echo, allow_no_auth, verbose, env=nodes.env)
+    concurrency_for(exp, echo)
     nodes.check_nodes()
-    fitting_concurrency(exp, ray.cluster_resources())
     if not tune.Tuner.can_restore(str(exp.exp_dir)):
         raise ExperimentError(str(exp_dir), ["no Tune state to resume from in this folder"])
     from .searcher import EXPERIMENT_DIR_ENV
