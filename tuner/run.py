@@ -220,6 +220,22 @@ def concurrency_for(exp: Experiment, echo: Callable[[str], None] = print) -> int
     return cap
 
 
+def ready_train_view(exp: Experiment) -> None:
+    """DDP trials: start Ray Train's state actor (what the dashboard's Train view reads) before
+    the first trial, and wait until it answers.  Left to the first trial, it starts while that
+    trial runs, and the updates its controller queued for it are lost if Tune ends the trial
+    first: the run then shows as SCHEDULING for ever."""
+    if exp.resources.workers < 2:
+        return
+    import ray
+    try:
+        from ray.train.v2._internal.state.state_actor import get_or_create_state_actor
+        ray.get(get_or_create_state_actor().get_train_runs.remote(), timeout=120)
+    except Exception as e:  # noqa: BLE001 - the Train view is a view: the run goes on without it
+        logging.getLogger(__name__).warning("Ray Train's state actor did not start (%s): the dashboard's Train "
+                                            "view may miss this run", e)
+
+
 def build_tuner(exp: Experiment, concurrency: int, verbose: bool = False):
     from ray import tune
     from ray.tune.schedulers import ASHAScheduler
@@ -352,6 +368,7 @@ def run_experiment(exp: Experiment, address: str | None = None, echo: Callable[[
         session_dir = connect(address, exp, echo, allow_no_auth, verbose, env=nodes.env)
         concurrency = concurrency_for(exp, echo)   # a trial no node can ever hold: refused first
         nodes.check_nodes()
+        ready_train_view(exp)
         _save_experiment(exp)
         echo(f"experiment {exp.name}: {exp.budget.num_samples} trials, up to {concurrency} at once, "
              f"ASHA over {exp.budget.max_epochs} epochs; results in {exp.exp_dir}")
@@ -379,6 +396,7 @@ def _resume(exp: Experiment, exp_dir, address, echo, allow_no_auth, verbose, nod
     session_dir = connect(address, exp, echo, allow_no_auth, verbose, env=nodes.env)
     concurrency_for(exp, echo)
     nodes.check_nodes()
+    ready_train_view(exp)
     if not tune.Tuner.can_restore(str(exp.exp_dir)):
         raise ExperimentError(str(exp_dir), ["no Tune state to resume from in this folder"])
     from .searcher import EXPERIMENT_DIR_ENV
