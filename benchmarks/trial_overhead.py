@@ -80,7 +80,8 @@ def main() -> None:
     ray.init(address="local", num_cpus=4, include_dashboard=True, dashboard_host="127.0.0.1", log_to_driver=False,
              runtime_env={"env_vars": {k: os.environ[k] for k in ("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S",
                                                                    "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER",
-                                                                   "RAY_TRAIN_METRICS_ENABLED") if k in os.environ}})
+                                                                   "RAY_TRAIN_METRICS_ENABLED", "RAY_TRAIN_ENABLE_STATE_TRACKING")
+                                        if k in os.environ}})
     try:
         inproc = measure(1, storage, cache)
         varied = measure(1, storage, cache, vary=True)

@@ -22,6 +22,12 @@ def cluster(tmp_path_factory):
     with socket.socket() as s:   # the suite's own Ray holds the default dashboard port
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
+    # The cluster's head records itself as "the" local Ray (/tmp/ray/ray_current_cluster), where
+    # Ray's state API looks when given no address: put back what was there once it is gone, or
+    # later Train runs of the suite would ask a dead cluster (and wait out each timeout).
+    from ray._private.utils import get_ray_address_file
+    address_file = Path(get_ray_address_file(None))
+    before = address_file.read_text() if address_file.exists() else None
     c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": True,
                                                        "dashboard_host": "127.0.0.1", "dashboard_port": port})
     workers = [c.add_node(num_cpus=2) for _ in range(3)]
@@ -29,6 +35,10 @@ def cluster(tmp_path_factory):
     yield c, workers
     for node in list(c.worker_nodes) + [c.head_node]:  # not c.shutdown(): it resets this process's Ray state
         c.remove_node(node, allow_graceful=True)   # the raylet ends its agents too
+    if before is None:
+        address_file.unlink(missing_ok=True)
+    else:
+        address_file.write_text(before)
 
 
 def _spec(tmp_path: Path, name: str, samples: int, storage: Path, epochs: int = 2, workers: int = 1,
