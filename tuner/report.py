@@ -121,15 +121,16 @@ def top_k(exp: Experiment, ts: list[Trial], k: int = TOP_K) -> tuple[int, list[T
 
 
 def _clip_to_setting(name: str, lo: float, hi: float) -> tuple[float, float]:
+    """[lo, hi] inside the setting's valid range (an open bound is kept a hair's width away)."""
     b = TRAIN_BOUNDS.get(name, {})
     if "ge" in b:
         lo = max(lo, b["ge"])
-    if "gt" in b and lo <= b["gt"]:
-        lo = b["gt"] + (min(hi, 1.0) - b["gt"]) * 1e-3 if hi > b["gt"] else lo
     if "le" in b:
         hi = min(hi, b["le"])
+    if "gt" in b and lo <= b["gt"]:
+        lo = b["gt"] + (hi - b["gt"]) * 1e-3
     if "lt" in b and hi >= b["lt"]:
-        hi = b["lt"] - (b["lt"] - max(lo, b["lt"] - 1.0)) * 1e-3
+        hi = b["lt"] - (b["lt"] - lo) * 1e-3
     return lo, hi
 
 
