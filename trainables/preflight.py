@@ -1,7 +1,8 @@
-"""Preflight: the folders a run writes are usable before anything starts.
+"""Preflight: the folders a run writes are usable before anything starts, and every node of a
+cluster can run trials.
 
-Plain Python (no Ray, no torch), so the same function runs on the driver before Ray is
-started and, later, as a task on every node of a cluster.
+The folder checks are plain Python (no Ray, no torch), so they run on the driver before Ray
+is started; the node checks run as a task pinned to each node and again in each trial.
 """
 from __future__ import annotations
 
@@ -81,12 +82,13 @@ PREFLIGHT_ENV = "TUNER_PREFLIGHT"  # "<marker path>\n<token>\n<python> <ray> <to
 
 
 def versions() -> dict[str, str]:
-    """What must match across nodes: Python, Ray and torch."""
+    """What must match across nodes: Python, Ray and torch (Ray's from its package metadata:
+    the training side does not import Ray here)."""
     import platform
+    from importlib.metadata import version
 
-    import ray
     import torch
-    return {"python": platform.python_version(), "ray": ray.__version__, "torch": torch.__version__}
+    return {"python": platform.python_version(), "ray": version("ray"), "torch": torch.__version__}
 
 
 def node_problems(marker: str, token: str, expected: dict[str, str], gpus: float = 0) -> list[str]:
