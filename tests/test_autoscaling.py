@@ -6,7 +6,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -16,22 +15,17 @@ from pathlib import Path
 import psutil
 import pytest
 import yaml
+from ray_helpers import free_ports
 
 pytestmark = pytest.mark.integration
 AUTH: dict[str, str] = {}   # the head's token, for every client of it
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
 def autoscaling_head(tmp_path_factory):
     import ray._private.services as services
     tmp = tmp_path_factory.mktemp("autoscale")
-    port = _free_port()
+    port, dashboard_port, client_port = free_ports(3)
     address = f"{services.get_node_ip_address()}:{port}"
     cfg = tmp / "autoscaler.yaml"
     cfg.write_text(yaml.safe_dump({
@@ -59,7 +53,7 @@ def autoscaling_head(tmp_path_factory):
     head = subprocess.Popen(
         [str(Path(sys.executable).parent / "ray"), "start", "--head", "--block", f"--port={port}", "--num-cpus=0",
          f"--autoscaling-config={cfg}", f"--temp-dir={temp_dir}", "--dashboard-host=127.0.0.1",
-         f"--dashboard-port={_free_port()}", f"--ray-client-server-port={_free_port()}"],
+         f"--dashboard-port={dashboard_port}", f"--ray-client-server-port={client_port}"],
         env=env, start_new_session=True, stdout=(tmp / "head.log").open("w"), stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 90

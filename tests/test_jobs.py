@@ -6,7 +6,6 @@ import re
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -16,21 +15,10 @@ from pathlib import Path
 
 import psutil
 import pytest
+from ray_helpers import free_ports
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _free_ports(n: int) -> list[int]:
-    socks, ports = [], []
-    for _ in range(n):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        socks.append(s)
-        ports.append(s.getsockname()[1])
-    for s in socks:
-        s.close()
-    return ports
 
 
 def _fresh_copy(dest: Path) -> None:
@@ -70,7 +58,7 @@ def test_a_ray_job_keeps_its_results_after_the_head_is_gone(tmp_path):
     token.write_text(secrets.token_hex(32))
     env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token)}
     env.pop("RAY_ADDRESS", None)
-    gcs, dash, client, nm, om, metrics, agent_http, agent_grpc, renv = _free_ports(9)
+    gcs, dash, client, nm, om, metrics, agent_http, agent_grpc, renv = free_ports(9)
     head = subprocess.Popen(
         [ray_bin, "start", "--head", "--block", f"--port={gcs}", f"--dashboard-port={dash}",
          "--dashboard-host=127.0.0.1", "--include-dashboard=true", f"--ray-client-server-port={client}",

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from ray_helpers import dashboard_json, free_ports
 
 pytestmark = pytest.mark.integration
 
@@ -18,10 +19,7 @@ pytestmark = pytest.mark.integration
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     from ray.cluster_utils import Cluster
-    import socket
-    with socket.socket() as s:   # the suite's own Ray holds the default dashboard port
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    (port,) = free_ports(1)   # the suite's own Ray holds the default dashboard port
     # The cluster's head records itself as "the" local Ray (/tmp/ray/ray_current_cluster), where
     # Ray's state API looks when given no address: put back what was there once it is gone, or
     # later Train runs of the suite would ask a dead cluster (and wait out each timeout).
@@ -139,15 +137,6 @@ def _alive_nodes(address: str) -> list[str]:
     return json.loads(r.stdout.strip().splitlines()[-1]) if r.returncode == 0 else []
 
 
-def _dashboard(c, route: str) -> dict:
-    import urllib.request
-    token = (Path.home() / ".ray" / "auth_token").read_text().strip()
-    url = c.head_node.address_info["webui_url"]
-    req = urllib.request.Request(f"http://{url}{route}", headers={"Authorization": f"Bearer {token}"})
-    with urllib.request.urlopen(req, timeout=30) as r:
-        return json.loads(r.read())
-
-
 @pytest.mark.timeout(300)
 def test_a_ddp_trial_with_its_ranks_on_two_nodes_trains(cluster, tmp_path):
     c, workers = cluster
@@ -160,7 +149,7 @@ def test_a_ddp_trial_with_its_ranks_on_two_nodes_trains(cluster, tmp_path):
     assert [row["epoch"] for row in rows] == [1, 2] and all(row["status"] == "ok" for row in rows)
     assert rows[-1]["global_batch_size"] == 2 * 64                  # two ranks' batches of 64
     trial_id = f.name.removeprefix("trial_")
-    run = next(x for x in _dashboard(c, "/api/train/v2/runs/v1")["train_runs"] if x["name"] == f"train-{trial_id}")
+    run = next(x for x in dashboard_json(c.head_node.address_info["webui_url"], "/api/train/v2/runs/v1")["train_runs"] if x["name"] == f"train-{trial_id}")
     ranks = {w["world_rank"]: w["node_id"] for w in run["attempts"][-1]["workers"]}
     worker_ids = {n.node_id for n in workers}
     assert len(ranks) == 2 and ranks[0] != ranks[1] and set(ranks.values()) <= worker_ids, ranks

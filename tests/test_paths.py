@@ -1,7 +1,5 @@
 """Relative paths of an experiment: the current folder from a shell; a persistent folder
 inside a Ray job (never Ray's temporary copy of the working directory)."""
-from pathlib import Path
-
 import yaml
 
 from tuner.config import parse

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from ray_helpers import dashboard_json
 
 from tuner.config import parse
 
@@ -207,7 +208,7 @@ def test_two_worker_ddp_trial_through_torchtrainer(ray_address, tmp_path, monkey
     # rather than FINISHED in this view.  Either way it is over and lists its workers.
     deadline = time.monotonic() + 60
     while True:
-        runs = _dashboard("/api/train/v2/runs/v1")["train_runs"]
+        runs = dashboard_json(os.environ["TUNER_TEST_DASHBOARD_URL"], "/api/train/v2/runs/v1")["train_runs"]
         run = next((x for x in runs if x["name"] == f"train-{row.trial_id}"), None)
         if run is not None and run["status"] in ("FINISHED", "ABORTED") and run["attempts"][-1]["workers"]:
             break
@@ -217,21 +218,11 @@ def test_two_worker_ddp_trial_through_torchtrainer(ray_address, tmp_path, monkey
     assert re.fullmatch(r"[0-9a-f]{32}", actor), actor
     workers = {w["world_rank"]: w["actor_id"] for w in run["attempts"][-1]["workers"]}
     assert workers.get(0) == actor and len(workers) == 2, workers      # rank 0 reports to Tune
-    found = _dashboard(f"/api/v0/actors?filter_keys=actor_id&filter_predicates=%3D&filter_values={actor}&detail=1")
+    found = dashboard_json(os.environ["TUNER_TEST_DASHBOARD_URL"], f"/api/v0/actors?filter_keys=actor_id&filter_predicates=%3D&filter_values={actor}&detail=1")
     actors = found["data"]["result"]["result"]
     assert [a["actor_id"] for a in actors] == [actor] and actors[0]["class_name"] == "RayTrainWorker", actors
     s = _cli("status", str(exp_dir))
     assert s.returncode == 0 and actor in s.stdout, s.stdout
-
-
-def _dashboard(route: str) -> dict:
-    """GET a route of the suite's Ray dashboard with the token."""
-    import urllib.request
-    url = os.environ["TUNER_TEST_DASHBOARD_URL"]
-    token = (Path.home() / ".ray" / "auth_token").read_text().strip()
-    req = urllib.request.Request(f"http://{url}{route}", headers={"Authorization": f"Bearer {token}"})
-    with urllib.request.urlopen(req, timeout=30) as r:
-        return json.loads(r.read())
 
 
 def _fault_spec(tmp_path: Path, name: str, *, seed: int, samples: int, epochs: int, workers: int = 1,
