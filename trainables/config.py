@@ -171,6 +171,18 @@ class TrainConfig(DataConfig, ModelConfig, OptimConfig, StepConfig, PruneConfig,
         return dataclasses.replace(self, **changes)
 
 
+def branch_name(setting: str, when: tuple[tuple[str, Any], ...]) -> str:
+    """The search's parameter name for `setting` drawn in branch `when` ((choice, option), ...):
+    `lr[optimizer=sgd]`; a setting outside any branch keeps its own name."""
+    return setting if not when else f"{setting}[{','.join(f'{k}={v}' for k, v in when)}]"
+
+
+def training_settings(config: dict[str, Any]) -> dict[str, Any]:
+    """A trial's config as training settings: without the branch-qualified names Ray copies
+    from the searcher into the config (each value is there under its setting's own name)."""
+    return {k: v for k, v in config.items() if not (k.endswith("]") and "[" in k)}
+
+
 def check(cfg: TrainConfig, device_type: str) -> None:
     """Refuse settings that cannot work on this device, before anything starts."""
     problems = problems_of(cfg, has_gpu=(device_type == "cuda"))

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from typing import Any, Callable
 
+from .config import training_settings
+
 # A Tune trial whose work runs on Train workers still needs a (tiny) resource of its own.
 DRIVER_CPU = 0.01
 # Checkpoints a trial (Tune) or Train run keeps: this many best by the experiment's metric,
@@ -62,12 +64,12 @@ def make_trainable(workers: int, cpus_per_worker: float, gpus_per_worker: float,
             from .preflight import trial_node_check
             from .session import TuneSession
             trial_node_check()   # this node, which may have joined after the run's preflight
-            train_loop(with_model_board(dict(config)), TuneSession(config.get("device", "auto")))
+            train_loop(with_model_board(training_settings(config)), TuneSession(config.get("device", "auto")))
         return tune.with_resources(trainable, lambda config: PlacementGroupFactory(
             [worker_resources(config, cpus_per_worker, gpus_per_worker, accelerator)]))
 
     def trainable(config: dict[str, Any]) -> None:
-        _fit_ddp(with_model_board(dict(config)), workers, cpus_per_worker, gpus_per_worker, train_storage,
+        _fit_ddp(with_model_board(training_settings(config)), workers, cpus_per_worker, gpus_per_worker, train_storage,
                  controller_failure_limit, worker_failures, keep_by, accelerator, placement_strategy)
     return tune.with_resources(trainable, {"cpu": DRIVER_CPU})
 

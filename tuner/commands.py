@@ -40,8 +40,9 @@ def run_verb(args) -> int:
 def cmd_validate(args) -> int:
     from .config import load
     exp = load(args.file, args.set)
-    print(f"{args.file}: ok — {exp.name}: {exp.budget.num_samples} trials, {len(exp.search)} searched settings "
-          f"({', '.join(exp.search) or 'none'}), metric {exp.metric} ({exp.mode})")
+    names = [p.name for p in exp.searched]
+    print(f"{args.file}: ok — {exp.name}: {exp.budget.num_samples} trials, {len(names)} searched settings "
+          f"({', '.join(names) or 'none'}), metric {exp.metric} ({exp.mode})")
     return 0
 
 
@@ -113,7 +114,9 @@ def cmd_status(args) -> int:
 def cmd_export(args) -> int:
     from .export import export
     m = export(args.exp_dir, args.out, args.select, args.force)
-    print(f"exported trial {m['trial_id']} to {args.out}: val_acc {m['val_acc']:.4f}, test_acc {m['test_acc']:.4f}")
+    branch = f" (branch {', '.join(m['branch'])})" if m["branch"] else ""
+    print(f"exported trial {m['trial_id']}{branch} to {args.out}: val_acc {m['val_acc']:.4f}, "
+          f"test_acc {m['test_acc']:.4f}")
     print("files: " + ", ".join(m["files"]))
     return 0
 

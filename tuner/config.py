@@ -21,6 +21,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from trainables.config import TORCH_LOADER_FIELDS, TrainConfig, problems_of, range_text
+from trainables.config import branch_name as qualified
 
 STRICT = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)  # no .inf/.nan anywhere
 # Known training-set sizes, to check that a global batch fits (None: unknown until loaded).
@@ -89,6 +90,71 @@ class SearchEntry(BaseModel):
     high: Optional[float] = None
     q: Optional[float] = None
     values: Optional[list[Any]] = None
+    # A choice's sub-spaces: option -> the settings searched only when that option is drawn
+    # (e.g. optimizer: sgd -> lr and momentum; adamw -> its own lr range).
+    branches: Optional[dict[str, dict[str, "SearchEntry"]]] = None
+
+
+SearchEntry.model_rebuild()
+
+
+@dataclasses.dataclass(frozen=True)
+class Searched:
+    """One searched setting of a (possibly conditional) space, as the searcher sees it."""
+    name: str                            # Optuna's parameter name: `lr`, or `lr[optimizer=sgd]` in a branch
+    setting: str                         # the training setting it sets: `lr`
+    entry: SearchEntry
+    when: tuple[tuple[str, Any], ...]    # the branch: ((choice setting, option), ...), outermost first
+    at: str                              # its YAML path: search.optimizer.branches.sgd.lr
+
+
+def branch_of(option: Any, entry: SearchEntry) -> dict[str, SearchEntry]:
+    """The sub-space of a choice's option ({} when it has none): branches are keyed by the
+    option as YAML text, so `128` and `"128"` name the same option."""
+    return (entry.branches or {}).get(str(option).lower() if isinstance(option, bool) else str(option), {})
+
+
+def flatten(search: dict[str, SearchEntry], when: tuple = (), at: str = "search") -> list[Searched]:
+    """Every searched setting of a space, each branch's under its own name, outer ones first."""
+    out = []
+    for key, e in search.items():
+        out.append(Searched(qualified(key, when), key, e, when, f"{at}.{key}"))
+        if e.type == "choice" and e.branches:
+            options = list(e.values or [])
+            # a branch named after no option is refused by validation, which checks its contents too
+            named = {str(o).lower() if isinstance(o, bool) else str(o) for o in options}
+            options += [o for o in e.branches if o not in named]
+            for option in options:
+                out += flatten(branch_of(option, e), when + ((key, option),), f"{at}.{key}.branches.{option}")
+    return out
+
+
+def scenarios(search: dict[str, SearchEntry]) -> list[tuple[dict[str, SearchEntry], str]]:
+    """The space as flat spaces, one per combination of branches taken: (setting -> entry, with
+    each branching choice narrowed to its option; a text naming the branches)."""
+    out: list[tuple[dict[str, SearchEntry], str]] = [({}, "")]
+    for key, e in search.items():
+        if not (e.type == "choice" and e.branches):
+            out = [({**flat, key: e}, label) for flat, label in out]
+            continue
+        grown = []
+        for option in e.values or []:
+            one = e.model_copy(update={"values": [option], "branches": None})
+            for sub, sub_label in scenarios(branch_of(option, e)):
+                tag = f"{key}={option}" + (f", {sub_label}" if sub_label else "")
+                grown += [({**flat, key: one, **sub}, f"{label}, {tag}" if label else tag) for flat, label in out]
+        out = grown
+    return out
+
+
+def branch_taken(search: dict[str, SearchEntry], config: dict[str, Any]) -> list[str]:
+    """The branches a trial's config took, as `optimizer=sgd` texts (outermost first)."""
+    out = []
+    for key, e in search.items():
+        if e.type == "choice" and e.branches and key in config:
+            out.append(f"{key}={config[key]}")
+            out += branch_taken(branch_of(config[key], e), config)
+    return out
 
 
 class Experiment(BaseModel):
@@ -103,6 +169,15 @@ class Experiment(BaseModel):
     resources: Resources = Resources()
     train: TrainSettings = TrainSettings()  # type: ignore[valid-type]
     search: dict[str, SearchEntry] = {}
+
+    @property
+    def searched(self) -> list[Searched]:
+        """Every searched setting, branches included, by the searcher's parameter name."""
+        return flatten(self.search)
+
+    def params_of(self, config: dict[str, Any]) -> dict[str, Any]:
+        """A trial's searched values by parameter name, the branches it did not take left out."""
+        return {s.name: config[s.name] for s in self.searched if s.name in config}
 
     @property
     def exp_dir(self) -> Path:
@@ -204,7 +279,7 @@ def _allowed_keys(loc: tuple) -> list[str]:
     """The keys allowed where an unknown key `loc[-1]` was found."""
     section = {(): Experiment, ("budget",): Budget, ("resources",): Resources,
                ("second_objective",): Objective, ("train",): TrainSettings}.get(tuple(loc[:-1]))
-    if section is None and len(loc) == 3 and loc[0] == "search":
+    if section is None and loc[:1] == ("search",) and len(loc) % 3 == 0:  # search.KEY[.branches.OPTION.KEY]*.FIELD
         section = SearchEntry
     return list(section.model_fields) if section is not None else []
 
@@ -235,39 +310,61 @@ def _finite(v: Any) -> bool:
     return not isinstance(v, float) or math.isfinite(v)
 
 
-def _search_problems(exp: Experiment, raw_train: dict) -> list[str]:
+def _search_problems(exp: Experiment, raw_train: dict) -> tuple[list[str], set[str]]:
+    """(problems of the search entries, branches included; the settings they concern)."""
+    p, broken = [], set()
+    for s in exp.searched:
+        key, e, at = s.setting, s.entry, s.at
+        found = _entry_problems(key, e, at, raw_train)
+        outer = [k for k, _ in s.when]
+        if key in outer:
+            found.append(f"{at}: {key!r} is searched inside a branch of its own choice; remove it from the branch")
+        elif any(o.setting == key and o.when == s.when[:len(o.when)] and len(o.when) < len(s.when)
+                 for o in exp.searched):
+            found.append(f"{at}: {key!r} is also searched outside this branch; search it in one place only")
+        p += found
+        if found:
+            broken.add(key)
+    return p, broken
+
+
+def _entry_problems(key: str, e: SearchEntry, at: str, raw_train: dict) -> list[str]:
     p = []
-    for key, e in exp.search.items():
-        at = f"search.{key}"
-        if key not in TRAIN_FIELDS:
-            p.append(f"{at}: {key!r} is not a training setting{_did_you_mean(key, TRAIN_FIELDS)}")
-            continue
-        if key in raw_train:
-            p.append(f"{at}: {key!r} is both fixed (train.{key}: {raw_train[key]!r}) and searched; remove one")
-        if key in ("epochs", "workers"):
-            p.append(f"{at}: {key} is set by the budget/resources, not searched")
-        if e.type == "choice":
-            if not e.values:
-                p.append(f"{at}.values: an empty choice; list at least one value")
-            elif not all(_finite(v) for v in e.values):
-                p.append(f"{at}.values: {e.values!r} holds a non-finite number; use finite values")
-            if e.low is not None or e.high is not None:
-                p.append(f"{at}: a choice takes values:, not low/high")
-            continue
-        if e.values is not None:
-            p.append(f"{at}: {e.type} takes low/high, not values: (use type: choice)")
-        if e.low is None or e.high is None:
-            p.append(f"{at}: {e.type} needs both low and high")
-            continue
-        if not (_finite(e.low) and _finite(e.high)):
-            p.append(f"{at}: low={e.low!r}, high={e.high!r} must be finite numbers")
-            continue
-        if e.type == "loguniform" and e.low <= 0:
-            p.append(f"{at}.low: {e.low!r} must be > 0 for a log scale; use a small positive number such as 1.0e-6")
-        if e.low >= e.high:
-            p.append(f"{at}: low < high must hold, but got (low={e.low}, high={e.high}); swap or widen them")
-        if e.q is not None and (not _finite(e.q) or e.q <= 0):
-            p.append(f"{at}.q: {e.q!r} must be a positive step")
+    if key not in TRAIN_FIELDS:
+        return [f"{at}: {key!r} is not a training setting{_did_you_mean(key, TRAIN_FIELDS)}"]
+    if key in raw_train:
+        p.append(f"{at}: {key!r} is both fixed (train.{key}: {raw_train[key]!r}) and searched; remove one")
+    if key in ("epochs", "workers"):
+        p.append(f"{at}: {key} is set by the budget/resources, not searched")
+    if e.branches is not None and e.type != "choice":
+        p.append(f"{at}.branches: only a choice has branches (this is {e.type}); make it a choice or remove branches")
+    if e.type == "choice":
+        if not e.values:
+            p.append(f"{at}.values: an empty choice; list at least one value")
+        elif not all(_finite(v) for v in e.values):
+            p.append(f"{at}.values: {e.values!r} holds a non-finite number; use finite values")
+        if e.low is not None or e.high is not None:
+            p.append(f"{at}: a choice takes values:, not low/high")
+        options = [str(v).lower() if isinstance(v, bool) else str(v) for v in e.values or []]
+        for option in e.branches or {}:
+            if option not in options:
+                p.append(f"{at}.branches.{option}: {option!r} is not one of the values {e.values!r}; "
+                         f"a branch is named after the option it belongs to{_did_you_mean(option, options)}")
+        return p
+    if e.values is not None:
+        p.append(f"{at}: {e.type} takes low/high, not values: (use type: choice)")
+    if e.low is None or e.high is None:
+        p.append(f"{at}: {e.type} needs both low and high")
+        return p
+    if not (_finite(e.low) and _finite(e.high)):
+        p.append(f"{at}: low={e.low!r}, high={e.high!r} must be finite numbers")
+        return p
+    if e.type == "loguniform" and e.low <= 0:
+        p.append(f"{at}.low: {e.low!r} must be > 0 for a log scale; use a small positive number such as 1.0e-6")
+    if e.low >= e.high:
+        p.append(f"{at}: low < high must hold, but got (low={e.low}, high={e.high}); swap or widen them")
+    if e.q is not None and (not _finite(e.q) or e.q <= 0):
+        p.append(f"{at}.q: {e.q!r} must be a positive step")
     return p
 
 
@@ -301,35 +398,38 @@ def _rules(cfg: TrainConfig, has_gpu: bool) -> list[str]:
 
 def _combination_problems(exp: Experiment, skip: set[str] = frozenset()) -> list[str]:
     """Apply the training rules to every combination of searched values (choices and
-    range ends), so a trial that would break one is caught before anything starts."""
+    range ends) in every branch, so a trial that would break one is caught before anything
+    starts."""
     base = exp.base_config()
     has_gpu = exp.resources.gpus_per_worker > 0
-    keys = [k for k in exp.search if k in TRAIN_FIELDS and k not in skip]
-    grids = [_candidates(exp.search[k]) for k in keys]
-    combos = itertools.product(*grids) if math.prod(len(g) for g in grids) <= MAX_COMBINATIONS else \
-        (tuple(g[0] for g in grids),)
     found: dict[str, str] = {}
     try:  # rules broken by the fixed settings alone are reported without a combination
         for r in _rules(TrainConfig.from_dict(base), has_gpu):
             found[r] = ""
     except Exception:
         pass
-    for combo in combos:
-        values = dict(zip(keys, combo))
-        where = ", ".join(f"{k}={v!r}" for k, v in values.items())
-        try:
-            cfg = TrainConfig.from_dict({**base, **values})
-        except Exception as e:  # a value of the wrong type for its setting
-            found.setdefault(str(e), where)
-            continue
-        for r in _rules(cfg, has_gpu):
-            found.setdefault(r, where)
+    for flat, _ in scenarios(exp.search):
+        keys = [k for k in flat if k in TRAIN_FIELDS and k not in skip]
+        grids = [_candidates(flat[k]) for k in keys]
+        combos = itertools.product(*grids) if math.prod(len(g) for g in grids) <= MAX_COMBINATIONS else \
+            (tuple(g[0] for g in grids),)
+        for combo in combos:
+            values = dict(zip(keys, combo))
+            where = ", ".join(f"{k}={v!r}" for k, v in values.items())
+            try:
+                cfg = TrainConfig.from_dict({**base, **values})
+            except Exception as e:  # a value of the wrong type for its setting
+                found.setdefault(str(e), where)
+                continue
+            for r in _rules(cfg, has_gpu):
+                found.setdefault(r, where)
     p = []
     for rule, where in found.items():
         p.append(f"train: {rule}" + (f" (with searched {where})" if where else ""))
     if exp.search:
-        searched_loader = [k for k in exp.search if k in TORCH_LOADER_FIELDS]
-        if searched_loader and base["loader"] == "device" and "loader" not in exp.search:
+        searched = list(dict.fromkeys(s.setting for s in exp.searched))
+        searched_loader = [k for k in searched if k in TORCH_LOADER_FIELDS]
+        if searched_loader and base["loader"] == "device" and "loader" not in searched:
             p.append(f"search: {', '.join(searched_loader)} searched while train.loader is 'device'; "
                      "set train.loader: torch to tune DataLoader settings")
     return p
@@ -368,9 +468,8 @@ def parse(text: str, source: str = "<experiment>", overrides: list[str] | None =
         if exp is None:
             raise ExperimentError(source, problems) from None
     raw_train = raw.get("train") or {}
-    search_problems = _search_problems(exp, raw_train)
+    search_problems, broken = _search_problems(exp, raw_train)
     problems += _experiment_problems(exp) + search_problems
-    broken = {pr.split(":")[0].split(".")[1] for pr in search_problems}
     problems += _combination_problems(exp, skip=broken)
     if problems:
         raise ExperimentError(source, problems)

@@ -23,7 +23,7 @@ from trainables.data import DeviceLoader, load_data
 from trainables.models import build_model
 from trainables.pruning import make_permanent, restore_masks
 
-from .config import ExperimentError
+from .config import ExperimentError, branch_taken
 from .results import select, trials
 from .run import load_saved
 
@@ -74,8 +74,10 @@ def export(exp_dir: str | Path, out: str | Path, rule: str | None = None, force:
     out.mkdir(parents=True, exist_ok=True)
     files = {}
     best_cfg = cfg.replace(epochs=exp.budget.max_epochs, workers=1, eval_test=True, device="auto").to_dict()
+    branch = branch_taken(exp.search, row.config)
     (out / "best_config.yaml").write_text(
         f"# Best trial {row.trial_id} of {exp.name}; re-run with: python -m tuner train {out / 'best_config.yaml'}\n"
+        + (f"# Branch of the search space: {', '.join(branch)}\n" if branch else "")
         + yaml.safe_dump(best_cfg, sort_keys=False))
     ckpt_io.copy(Path(row.checkpoint) / ckpt_io.FILENAME, out / "checkpoint.pt")
     torch.save(model.state_dict(), out / "model.pt")
@@ -91,7 +93,7 @@ def export(exp_dir: str | Path, out: str | Path, rule: str | None = None, force:
     metrics = {"trial_id": row.trial_id, "metric": exp.metric, "reported": {k: row.metrics.get(k) for k in (
         "epoch", "val_acc", "val_loss", "sparsity", "samples_per_s") if k in row.metrics},
         "val_acc": accuracy(model, val), "test_acc": accuracy(model, test),
-        "params": row.params, "input": {"shape": list(example.shape[1:]), "normalise_mean": payload["model_info"]["mean"],
+        "params": row.params, "branch": branch, "input": {"shape": list(example.shape[1:]), "normalise_mean": payload["model_info"]["mean"],
                                         "normalise_std": payload["model_info"]["std"], "pixel_scale": "0-255"},
         "files": sorted(p.name for p in out.iterdir()), "int8": files["int8"]}
     metrics["files"] = sorted(set(metrics["files"]) | {"metrics.json"})

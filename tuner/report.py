@@ -171,22 +171,32 @@ def next_experiment(exp: Experiment, ts: list[Trial], k: int = TOP_K) -> tuple[d
     notes = []
     if not top:
         return data, ["no trial finished a rung with status ok: the space is kept as it was"], rung, top
-    best = top[0].row.params
-    search = {}
-    for name, e in exp.search.items():
-        if e.type == "choice":
-            search[name] = e.model_dump(exclude_none=True)
-            notes.append(f"{name}: choice kept ({', '.join(map(str, e.values))})")
-            continue
-        values = [float(t.row.params[name]) for t in top if _finite(t.row.params.get(name))]
-        if not values:
-            search[name] = e.model_dump(exclude_none=True)
-            continue
-        new, how = narrowed(name, e, values, float(best[name]))
-        search[name] = new.model_dump(exclude_none=True)
-        notes.append(f"{name}: [{sig4(e.low)}, {sig4(e.high)}] -> [{sig4(new.low)}, {sig4(new.high)}], {how}")
-    data["search"] = search
+    data["search"] = _next_space(exp.search, (), top, notes)
     return data, notes, rung, top
+
+
+def _next_space(search: dict[str, SearchEntry], when: tuple, top: list[Trial], notes: list[str]) -> dict[str, Any]:
+    """A space (a branch's, inside) with each numeric range narrowed to the top trials that
+    drew it; a branch no top trial took is kept as it was."""
+    from .config import branch_of, qualified
+    out: dict[str, Any] = {}
+    for key, e in search.items():
+        name = qualified(key, when)
+        if e.type == "choice":
+            out[key] = e.model_dump(exclude_none=True, exclude={"branches"})
+            notes.append(f"{name}: choice kept ({', '.join(map(str, e.values))})")
+            if e.branches:
+                out[key]["branches"] = {str(o): _next_space(branch_of(o, e), when + ((key, o),), top, notes)
+                                        for o in e.values or [] if branch_of(o, e)}
+            continue
+        drew = [t for t in top if _finite(t.row.params.get(name))]
+        if not drew:
+            out[key] = e.model_dump(exclude_none=True)
+            continue
+        new, how = narrowed(name, e, [float(t.row.params[name]) for t in drew], float(drew[0].row.params[name]))
+        out[key] = new.model_dump(exclude_none=True)
+        notes.append(f"{name}: [{sig4(e.low)}, {sig4(e.high)}] -> [{sig4(new.low)}, {sig4(new.high)}], {how}")
+    return out
 
 
 def write_next(exp: Experiment, ts: list[Trial], path: Path, k: int = TOP_K) -> list[str]:
@@ -271,7 +281,8 @@ def plot_best_so_far(exp: Experiment, ts: list[Trial], out: Path) -> Path:
 
 def plot_parallel(exp: Experiment, ts: list[Trial], out: Path) -> Path | None:
     ok = ranked(exp, ts)
-    names = list(exp.search)
+    search = entries(exp)
+    names = list(search)
     if not ok or not names:
         return None
     import matplotlib.cm as cm
@@ -280,7 +291,9 @@ def plot_parallel(exp: Experiment, ts: list[Trial], out: Path) -> Path | None:
     fig, ax = _figure(max(6.0, 1.4 * (len(names) + 1)), 4.5)
 
     def y(name: str, v: Any) -> float:
-        e = exp.search[name]
+        e = search[name]
+        if v is None:  # a branch this trial did not take
+            return float("nan")
         if e.type == "choice":
             options = list(e.values)
             return options.index(v) / max(1, len(options) - 1) if v in options else 0.5
@@ -291,7 +304,7 @@ def plot_parallel(exp: Experiment, ts: list[Trial], out: Path) -> Path | None:
         ys = [y(n, t.row.params.get(n)) for n in names] + [(v - vlo) / (vhi - vlo) if vhi > vlo else 0.5]
         ax.plot(range(len(names) + 1), ys, color=cm.viridis(shade), alpha=0.8, lw=1.2)
     for i, n in enumerate(names):
-        e = exp.search[n]
+        e = search[n]
         lo, hi = (str(e.values[0]), str(e.values[-1])) if e.type == "choice" else (sig4(e.low), sig4(e.high))
         ax.text(i, -0.08, lo, ha="center", va="top", fontsize=7)
         ax.text(i, 1.06, hi, ha="center", va="bottom", fontsize=7)
@@ -306,17 +319,14 @@ def plot_parallel(exp: Experiment, ts: list[Trial], out: Path) -> Path | None:
     return _save(fig, out / "parallel.png")
 
 
+def entries(exp: Experiment) -> dict[str, SearchEntry]:
+    """The searched settings by parameter name (a branch's as `lr[optimizer=sgd]`)."""
+    return {p.name: p.entry for p in exp.searched}
+
+
 def distributions(exp: Experiment) -> dict[str, Any]:
-    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
-    out = {}
-    for n, e in exp.search.items():
-        if e.type == "choice":
-            out[n] = CategoricalDistribution(list(e.values))
-        elif e.type == "int":
-            out[n] = IntDistribution(int(e.low), int(e.high), step=int(e.q or 1))
-        else:
-            out[n] = FloatDistribution(float(e.low), float(e.high), log=_log(e), step=None if _log(e) else e.q)
-    return out
+    from .space import distribution
+    return {n: distribution(e) for n, e in entries(exp).items()}
 
 
 def importance_by_rung(exp: Experiment, ts: list[Trial]) -> list[dict[str, Any]]:
@@ -332,16 +342,19 @@ def importance_by_rung(exp: Experiment, ts: list[Trial]) -> list[dict[str, Any]]
     out = []
     for r in levels:
         reached = [(t, t.value_at(r, exp.metric)) for t in ts]
-        reached = [(t, v) for t, v in reached if v is not None and all(n in t.row.params for n in dists)]
+        reached = [(t, v) for t, v in reached if v is not None]
         entry: dict[str, Any] = {"rung": r, "n": len(reached), "importance": None, "skipped": ""}
         if len(reached) < MIN_RUNG_TRIALS:
             entry["skipped"] = f"{len(reached)} trial(s) < {MIN_RUNG_TRIALS}"
         else:
             study = optuna.create_study(direction="maximize" if exp.mode == "max" else "minimize")
             for t, v in reached:
+                # A conditional space: each trial has the parameters of the branches it took;
+                # the importance covers those every trial has.
                 params = {n: (int(t.row.params[n]) if isinstance(d, optuna.distributions.IntDistribution)
-                              else t.row.params[n]) for n, d in dists.items()}
-                study.add_trial(optuna.trial.create_trial(params=params, distributions=dists, value=v))
+                              else t.row.params[n]) for n, d in dists.items() if n in t.row.params}
+                study.add_trial(optuna.trial.create_trial(params=params, distributions={n: dists[n] for n in params},
+                                                          value=v))
             try:
                 entry["importance"] = optuna.importance.get_param_importances(
                     study, evaluator=PedAnovaImportanceEvaluator(), normalize=True)
@@ -386,7 +399,7 @@ def plot_pareto(exp: Experiment, ts: list[Trial], out: Path) -> Path | None:
 
 
 def plot_throughput(exp: Experiment, ts: list[Trial], out: Path) -> Path | None:
-    names = [n for n in THROUGHPUT_SETTINGS if n in exp.search]
+    names = [n for n in THROUGHPUT_SETTINGS if n in entries(exp)]
     points = {n: [] for n in names}
     for t in ts:
         sps = [r["samples_per_s"] for r in t.history if r.get("status") == "ok" and _finite(r.get("samples_per_s"))]
@@ -442,7 +455,7 @@ def render(exp: Experiment, ts: list[Trial], out: Path, k: int = TOP_K) -> dict[
 
     warnings = []
     if best:
-        for n, e in exp.search.items():
+        for n, e in entries(exp).items():
             edge = at_edge(e, best[0].row.params.get(n))
             if edge:
                 warnings.append(f"the best trial's {n}={sig4(best[0].row.params[n])} is at the {edge} edge of "

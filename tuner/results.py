@@ -60,7 +60,7 @@ def trials(exp: Experiment) -> list[TrialRow]:
     for t in analysis.trials:
         last = dict(t.last_result or {})
         rows.append(TrialRow(t.trial_id, t.status, str(last.get("status", "")), int(last.get("epoch", 0) or 0), last,
-                             {k: t.config.get(k) for k in exp.search}, dict(t.config), _checkpoint_of(t),
+                             exp.params_of(t.config), dict(t.config), _checkpoint_of(t),
                              *_error_of(t), str(t.path or ""), _reserved(t)))
     return rows
 

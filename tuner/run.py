@@ -141,13 +141,15 @@ class NodeCheck:
 def largest_need(exp: Experiment) -> dict[str, float]:
     """What the hungriest trial of the search takes: reservations follow each trial's config
     (the torch loader's num_workers), so the largest draw decides what must fit."""
-    from .config import _candidates
+    from .config import _candidates, scenarios
     base = exp.base_config()
-    loaders = _candidates(exp.search["loader"]) if "loader" in exp.search else [base["loader"]]
-    counts = _candidates(exp.search["num_workers"]) if "num_workers" in exp.search else [base["num_workers"]]
     r = exp.resources
-    needs = [trial_resources(r.workers, r.cpus_per_worker, r.gpus_per_worker, {"loader": lo, "num_workers": n},
-                             r.accelerator or "") for lo in loaders for n in counts]
+    needs = []
+    for flat, _ in scenarios(exp.search):  # each branch of a conditional space on its own
+        loaders = _candidates(flat["loader"]) if "loader" in flat else [base["loader"]]
+        counts = _candidates(flat["num_workers"]) if "num_workers" in flat else [base["num_workers"]]
+        needs += [trial_resources(r.workers, r.cpus_per_worker, r.gpus_per_worker, {"loader": lo, "num_workers": n},
+                                  r.accelerator or "") for lo in loaders for n in counts]
     return max(needs, key=lambda d: (d.get("GPU", 0.0), d["CPU"]))
 
 
@@ -240,18 +242,20 @@ def build_tuner(exp: Experiment, concurrency: int, verbose: bool = False):
     from ray import tune
     from ray.tune.schedulers import ASHAScheduler
 
-    from .searcher import JOURNAL, FidelityOptunaSearch, journal_storage
+    from .searcher import JOURNAL, FidelityOptunaSearch, journal_storage, tpe_sampler
+    from .space import SearchSpace, param_space
     from .tensorboard import TrialTensorBoard
-    from .space import param_space
     multi = exp.second_objective is not None
-    # One objective: Tune hands metric/mode to the searcher and scheduler (and shows the
-    # metric in its trial table).  Two: the searcher gets both, ASHA stops on the first.
+    # One objective: Tune gets metric/mode for the scheduler (and its trial table).  Two: the
+    # searcher gets both, ASHA stops on the first.  The searcher holds the space and its
+    # objectives itself (define-by-run); Tune's param_space has the fixed settings only.
     exp.exp_dir.mkdir(parents=True, exist_ok=True)
     # Nothing searched: the trials repeat the fixed settings (Tune's own generator; Optuna
     # would have no space to sample).
-    searcher = FidelityOptunaSearch(metric=exp.metrics if multi else None, mode=exp.modes if multi else None,
+    searcher = FidelityOptunaSearch(space=SearchSpace(exp.search), metric=exp.metrics if multi else exp.metric,
+                                    mode=exp.modes if multi else exp.mode, sampler=tpe_sampler(exp.seed),
                                     storage=journal_storage(exp.exp_dir / JOURNAL), study_name=exp.name,
-                                    seed=exp.seed, max_epochs=exp.budget.max_epochs) if exp.search else None
+                                    max_epochs=exp.budget.max_epochs) if exp.search else None
     scheduler = ASHAScheduler(time_attr="epoch", metric=exp.metric if multi else None,
                               mode=exp.mode if multi else None, max_t=exp.budget.max_epochs,
                               grace_period=exp.budget.grace_epochs, reduction_factor=exp.budget.reduction_factor)
@@ -271,7 +275,7 @@ def build_tuner(exp: Experiment, concurrency: int, verbose: bool = False):
             # Files a trial writes in its folder (the model's TensorBoard views) reach the
             # experiment folder from whichever node ran it.
             sync_config=tune.SyncConfig(sync_artifacts=True),
-            callbacks=[TrialTensorBoard(list(exp.search), exp.metric), console_for(exp)]),
+            callbacks=[TrialTensorBoard([p.name for p in exp.searched], exp.metric), console_for(exp)]),
     )
 
 
@@ -284,7 +288,7 @@ def trial_folder_name(trial) -> str:
 def console_for(exp: Experiment):
     from .console import Console
     b = exp.budget
-    return Console(total=b.num_samples, metric=exp.metric, mode=exp.mode, searched=list(exp.search),
+    return Console(total=b.num_samples, metric=exp.metric, mode=exp.mode, searched=[p.name for p in exp.searched],
                    max_epochs=b.max_epochs, grace_epochs=b.grace_epochs, reduction_factor=b.reduction_factor)
 
 
@@ -424,7 +428,7 @@ def summarize(exp: Experiment, results) -> dict[str, Any]:
     out = {"exp_dir": str(exp.exp_dir), "trials": len(results), "errors": errors, "unfinished": unfinished,
            "best": None}
     if best is not None and best.metrics and best.metrics.get(exp.metric) is not None:
-        params = {k: best.config[k] for k in exp.search if k in best.config}
+        params = exp.params_of(best.config)
         out["best"] = {"metric": exp.metric, "value": best.metrics.get(exp.metric),
                        "epoch": best.metrics.get("epoch"), "params": params, "path": best.path}
     (exp.exp_dir / "summary.json").write_text(json.dumps(out, indent=1, default=str))

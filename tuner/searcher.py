@@ -32,6 +32,15 @@ def journal_storage(path: str | Path) -> optuna.storages.JournalStorage:
     return optuna.storages.JournalStorage(JournalFileBackend(str(path)))
 
 
+def tpe_sampler(seed: int | None, **settings: Any) -> optuna.samplers.TPESampler:
+    """The study's sampler: multivariate TPE with the constant liar (Optuna's defaults), and
+    `group=True`, so the parameters of a conditional space's branches are modelled per branch."""
+    import warnings
+    with warnings.catch_warnings():  # `group` and `multivariate` are marked experimental
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return optuna.samplers.TPESampler(seed=seed, group=True, **{"multivariate": True, **settings})
+
+
 def _finite(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
