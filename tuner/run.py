@@ -240,10 +240,9 @@ def ready_train_view(exp: Experiment) -> None:
 
 def build_tuner(exp: Experiment, concurrency: int, verbose: bool = False):
     from ray import tune
-    from ray.tune.schedulers import ASHAScheduler
 
-    from .searcher import JOURNAL, FidelityOptunaSearch, journal_storage, tpe_sampler
-    from .space import SearchSpace, param_space
+    from .searcher import JOURNAL, journal_storage, make_searcher
+    from .space import param_space
     from .tensorboard import TrialTensorBoard
     multi = exp.second_objective is not None
     # One objective: Tune gets metric/mode for the scheduler (and its trial table).  Two: the
@@ -252,13 +251,10 @@ def build_tuner(exp: Experiment, concurrency: int, verbose: bool = False):
     exp.exp_dir.mkdir(parents=True, exist_ok=True)
     # Nothing searched: the trials repeat the fixed settings (Tune's own generator; Optuna
     # would have no space to sample).
-    searcher = FidelityOptunaSearch(space=SearchSpace(exp.search), metric=exp.metrics if multi else exp.metric,
-                                    mode=exp.modes if multi else exp.mode, sampler=tpe_sampler(exp.seed),
-                                    storage=journal_storage(exp.exp_dir / JOURNAL), study_name=exp.name,
-                                    max_epochs=exp.budget.max_epochs) if exp.search else None
-    scheduler = ASHAScheduler(time_attr="epoch", metric=exp.metric if multi else None,
-                              mode=exp.mode if multi else None, max_t=exp.budget.max_epochs,
-                              grace_period=exp.budget.grace_epochs, reduction_factor=exp.budget.reduction_factor)
+    searcher = make_searcher(exp.search, exp.metrics if multi else exp.metric, exp.modes if multi else exp.mode,
+                             exp.seed, exp.budget, storage=journal_storage(exp.exp_dir / JOURNAL),
+                             study_name=exp.name) if exp.search else None
+    scheduler = asha(exp.budget, exp.metric if multi else None, exp.mode if multi else None)
     return tune.Tuner(
         trainable_for(exp),
         param_space=param_space(exp),
@@ -277,6 +273,13 @@ def build_tuner(exp: Experiment, concurrency: int, verbose: bool = False):
             sync_config=tune.SyncConfig(sync_artifacts=True),
             callbacks=[TrialTensorBoard([p.name for p in exp.searched], exp.metric), console_for(exp)]),
     )
+
+
+def asha(budget, metric: str | None = None, mode: str | None = None):
+    """The scheduler every search runs under: ASHA over the budget's epochs."""
+    from ray.tune.schedulers import ASHAScheduler
+    return ASHAScheduler(time_attr="epoch", metric=metric, mode=mode, max_t=budget.max_epochs,
+                         grace_period=budget.grace_epochs, reduction_factor=budget.reduction_factor)
 
 
 def trial_folder_name(trial) -> str:

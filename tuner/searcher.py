@@ -32,6 +32,28 @@ def journal_storage(path: str | Path) -> optuna.storages.JournalStorage:
     return optuna.storages.JournalStorage(JournalFileBackend(str(path)))
 
 
+# Trials TPE draws at random before it models the results, as a fraction of the search's
+# trials (at least MIN_STARTUP); None: Optuna's fixed 10.
+STARTUP_FRACTION: float | None = None
+MIN_STARTUP = 4
+
+
+def startup_trials(num_samples: int, fraction: float | None = None) -> int:
+    fraction = STARTUP_FRACTION if fraction is None else fraction
+    return 10 if not fraction else max(MIN_STARTUP, round(fraction * num_samples))
+
+
+def make_searcher(search: dict, metric: str | list[str], mode: str | list[str], seed: int | None, budget,
+                  storage: optuna.storages.BaseStorage | None = None, study_name: str | None = None,
+                  startup_fraction: float | None = None, **tpe: Any) -> "FidelityOptunaSearch":
+    """The searcher of a run: fidelity-aware TPE over the experiment's (define-by-run) space.
+    startup_fraction and `tpe` (TPESampler settings) are the benchmark's levers."""
+    from .space import SearchSpace
+    sampler = tpe_sampler(seed, n_startup_trials=startup_trials(budget.num_samples, startup_fraction), **tpe)
+    return FidelityOptunaSearch(space=SearchSpace(search), metric=metric, mode=mode, sampler=sampler,
+                                storage=storage, study_name=study_name, max_epochs=budget.max_epochs)
+
+
 def tpe_sampler(seed: int | None, **settings: Any) -> optuna.samplers.TPESampler:
     """The study's sampler: multivariate TPE with the constant liar (Optuna's defaults), and
     `group=True`, so the parameters of a conditional space's branches are modelled per branch."""

@@ -1,0 +1,81 @@
+"""The search benchmark: its workload's maths, its scoring, and its --smoke run end to end."""
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import search_efficiency as se  # noqa: E402
+
+
+def settings(u):
+    """A point of the unit cube as the benchmark space's settings."""
+    return {k: e.low * (e.high / e.low) ** x if e.type == "loguniform" else e.low + x * (e.high - e.low)
+            for (k, e), x in zip(se.H_SPACE.items(), u)}
+
+
+def test_hartmann_has_its_known_maximum_and_the_bias_fades_by_the_last_epoch():
+    optimum = np.array([0.20169, 0.150011, 0.476874, 0.275332, 0.311652, 0.6573])
+    assert se.hartmann(optimum) == pytest.approx(se.H_MAX, abs=1e-4)
+    rng = np.random.default_rng(0)
+    points = rng.random((2000, 6))
+    assert max(se.hartmann(u) for u in points) < se.H_MAX          # the maximum, never beaten
+    assert all(0 <= se.bias(u) <= se.BIAS_SCALE for u in points) and se.bias(se.BIAS_AT) == se.BIAS_SCALE
+    # The space round-trips: the unit cube's optimum, written as settings, maps back to it.
+    config = settings(optimum)
+    assert np.allclose(se.unit(config), optimum)
+    # Early epochs flatter the bias's corner by (1 - e/E) * BIAS_SCALE, and nothing at epoch E.
+    corner = settings(se.BIAS_AT)
+    v1, f = se.hartmann_value(corner, 1, 9)
+    assert v1 - f == pytest.approx(8 / 9 * se.BIAS_SCALE) and se.hartmann_value(corner, 9, 9)[0] == f
+    first, f = se.hartmann_value(config, 1, 9)
+    last, f2 = se.hartmann_value(config, 9, 9)
+    assert f == f2 == pytest.approx(se.H_MAX, abs=1e-4) and last == pytest.approx(f) and first > last
+
+
+def test_the_recommendation_is_the_best_finished_trial_within_the_budget():
+    rows = [("a", 1, 0.5, 0.4), ("b", 1, 0.2, 0.1), ("a", 2, 0.3, 0.4), ("b", 2, 0.05, 0.1), ("c", 2, 0.01, 0.0)]
+    assert se.best_within(rows, 2, 2) == math.inf          # nothing finished epoch 2 in the first two results
+    assert se.best_within(rows, 2, 3) == 0.4
+    assert se.best_within(rows, 2, 4) == 0.1                # b's value at epoch 2 beats a's
+    assert se.best_within(rows, 2, 99) == 0.0
+    assert se.best_within(rows, 2, 4, "max") == 0.4              # by the reported value, largest first
+    assert se.regret([("a", 2, 1.0, 3.0)], 2, 1) == pytest.approx(se.H_MAX - 3.0)
+    m, lo, hi = se.interval([1.0, 2.0, 3.0, 4.0])
+    assert m == 2.5 and lo < m < hi and hi - m == pytest.approx(3.182446 * math.sqrt(5 / 3) / 2, rel=1e-4)
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(400)
+def test_smoke_run_compares_every_peer_and_ends_with_its_bench_line(ray_address):
+    env = {**os.environ, "RAY_ADDRESS": ray_address, "PYTHONPATH": str(ROOT)}
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "search_efficiency.py"), "--smoke"],
+                       capture_output=True, text=True, timeout=380, env=env, cwd=ROOT)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    last = r.stdout.strip().splitlines()[-1]
+    assert last.startswith("BENCH "), r.stdout[-2000:]
+    bench = json.loads(last[len("BENCH "):])
+    assert bench["smoke"] is True and isinstance(bench["met"], bool)
+    for name, budget in (("hartmann", 8 * 3), ("digits", 4 * 3)):
+        table = bench[name]["table"]
+        assert list(table) == list(se.SEARCHERS), table
+        assert table["fifo"]["epochs"] == budget                     # FIFO trains every trial to the end
+        for who, row in table.items():
+            ci = row["regret" if name == "hartmann" else "val_loss"]
+            assert ci[1] <= ci[0] <= ci[2] and math.isfinite(ci[0]), (who, ci)
+            assert row["epochs"] <= budget, (who, row)
+            assert (row["paired_vs_ours"] is None) == (who == "ours")
+        # met follows from the intervals it printed
+        peers = [w for w in se.SEARCHERS if w != "ours"]
+        if name == "hartmann":
+            assert bench[name]["no_peer_ahead"] == all(table[w]["paired_vs_ours"][1] <= 0 for w in peers)
+        else:
+            assert bench[name]["no_peer_better"] == all(table[w]["paired_vs_ours"][1] <= 0 for w in peers)
+    assert bench["met"] == (bench["hartmann"]["met"] and bench["digits"]["met"])
