@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import math
 import os
 import statistics
@@ -68,6 +69,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "ours_s10": {"startup_fraction": 0.0},       # Optuna's fixed 10 start-up trials
     "ours_s20": {"startup_fraction": 0.2},       # start-up trials = 20 % of the trials (at least 4)
     "ours_s33": {"startup_fraction": 0.33},
+    "ours_s15": {"startup_fraction": 0.15},      # 5 of 32
+    "ours_g25": {"gamma_fraction": 0.25},        # TPE's good set: the top 25 % (Optuna: 10 %)
     "ours_cond": {"space": "conditional"},       # digits: each optimizer with its own lr range (CONDITIONAL)
 }
 # The digits space with branches: SGD's learning rates and AdamW's are searched apart.
@@ -172,7 +175,9 @@ def run_tune(who: str, trainable, search: dict[str, SearchEntry], fixed: dict[st
                     else tune.search.BasicVariantGenerator(random_state=seed, max_concurrent=CONCURRENCY))
     tune.Tuner(trainable, param_space=space,
                tune_config=tune.TuneConfig(metric=metric, mode=mode, search_alg=searcher, scheduler=scheduler,
-                                           num_samples=budget.num_samples, max_concurrent_trials=CONCURRENCY,
+                                           num_samples=budget.num_samples,
+                                           # a random generator takes its own max_concurrent
+                                           max_concurrent_trials=None if who in ("random", "fifo") else CONCURRENCY,
                                            reuse_actors=True),
                run_config=tune.RunConfig(name=f"{who}-{seed}-{time.monotonic_ns()}", storage_path=storage, verbose=0,
                                          callbacks=[log], checkpoint_config=tune.CheckpointConfig(num_to_keep=1))).fit()
@@ -231,10 +236,10 @@ def regret(rows: list[tuple], epochs: int, spent: int) -> float:
 
 def interval(xs: list[float]) -> tuple[float, float, float]:
     """(mean, low, high): a 95 % Student-t interval."""
-    m = statistics.mean(xs)
+    m = float(statistics.mean(xs))
     if len(xs) < 2:
         return m, m, m
-    h = stats.t.ppf(0.975, len(xs) - 1) * statistics.stdev(xs) / math.sqrt(len(xs))
+    h = float(stats.t.ppf(0.975, len(xs) - 1)) * statistics.stdev(xs) / math.sqrt(len(xs))
     return m, m - h, m + h
 
 
@@ -245,25 +250,33 @@ def fmt(ci: tuple[float, float, float], digits: int = 4) -> str:
 # ---------------------------------------------------------------- the workloads
 
 
-def bench_hartmann(seeds: list[int], trials: int, epochs: int, storage: str, searchers: list[str]) -> dict[str, Any]:
-    budget = Budget(num_samples=trials, max_epochs=epochs, grace_epochs=1, reduction_factor=3)
+def run_seeds(name: str, seeds: list[int], searchers: list[str], one: Callable[[str, int], list[tuple]],
+              score: Callable[[list[tuple]], str]) -> dict[str, list[list[tuple]]]:
+    """Every searcher on every seed (seed by seed, so a stopped run still has whole seeds),
+    with a line per seed: each searcher's score, trial-epochs and seconds."""
     runs: dict[str, list[list[tuple]]] = {w: [] for w in searchers}
     t0 = time.monotonic()
     for seed in seeds:
         took = {}
         for who in searchers:
             t = time.monotonic()
-            if who == "optuna_hb":
-                rows = run_optuna_hb(hartmann_objective(epochs), H_SPACE, budget, seed, "max")
-            else:
-                rows = run_tune(who, hartmann_trial, H_SPACE, {"epochs": epochs}, "value", "max", "f", budget, seed,
-                                storage)
-            runs[who].append(rows)
+            runs[who].append(one(who, seed))
             took[who] = time.monotonic() - t
-        print("  seconds: " + ", ".join(f"{w} {v:.1f}" for w, v in took.items()), flush=True)
-        print(f"hartmann seed {seed}: " + ", ".join(
-            f"{w} {regret(runs[w][-1], epochs, 10**9):.3f} ({len(runs[w][-1])} ep)" for w in searchers)
+        print(f"{name} seed {seed}: " + ", ".join(
+            f"{w} {score(runs[w][-1])} ({len(runs[w][-1])} ep, {took[w]:.1f} s)" for w in searchers)
             + f"  [{time.monotonic() - t0:.0f} s]", flush=True)
+    return runs
+
+
+def bench_hartmann(seeds: list[int], trials: int, epochs: int, storage: str, searchers: list[str]) -> dict[str, Any]:
+    budget = Budget(num_samples=trials, max_epochs=epochs, grace_epochs=1, reduction_factor=3)
+    searchers = [w for w in searchers if "space" not in VARIANTS.get(w, {})]   # a digits-space variant
+
+    def one(who: str, seed: int) -> list[tuple]:
+        if who == "optuna_hb":
+            return run_optuna_hb(hartmann_objective(epochs), H_SPACE, budget, seed, "max")
+        return run_tune(who, hartmann_trial, H_SPACE, {"epochs": epochs}, "value", "max", "f", budget, seed, storage)
+    runs = run_seeds("hartmann", seeds, searchers, one, lambda rows: f"{regret(rows, epochs, 10**9):.3f}")
     full = [min(len(runs[w][i]) for w in ADAPTIVE if w in searchers) for i in range(len(seeds))]
     regrets = {w: [regret(runs[w][i], epochs, full[i]) for i in range(len(seeds))] for w in searchers}
     grid = [trials * k for k in (1, 2, 3)]
@@ -287,7 +300,8 @@ def bench_hartmann(seeds: list[int], trials: int, epochs: int, storage: str, sea
             "table": {w: {"regret": [round(x, 4) for x in t["regret"]], "epochs": round(t["epochs"], 1),
                           "paired_vs_ours": t["paired_vs_ours"] and [round(x, 4) for x in t["paired_vs_ours"]]}
                       for w, t in table.items()},
-            "met": no_peer_ahead and ahead_of_stock, "no_peer_ahead": no_peer_ahead, "ahead_of_stock": ahead_of_stock}
+            "met": bool(no_peer_ahead and ahead_of_stock), "no_peer_ahead": bool(no_peer_ahead),
+            "ahead_of_stock": bool(ahead_of_stock)}
 
 
 DIGITS = """
@@ -332,30 +346,23 @@ def bench_digits(seeds: list[int], trials: int, epochs: int, storage: str, cache
     from trainables.trainable import make_trainable
     # Optuna's two threads train in this process: one torch thread each, as Ray gives a 1-CPU trial.
     torch.set_num_threads(1)
-    runs: dict[str, list[list[tuple]]] = {w: [] for w in searchers}
-    t0 = time.monotonic()
-    for seed in seeds:
-        text = DIGITS.format(seed=seed, trials=trials, epochs=epochs, cache=cache, width=DIGITS_WIDTH)
-        exp = parse(text)
-        flat_lr = "  lr: {type: loguniform, low: 1.0e-2, high: 0.5}\n"
-        cond = parse(text.replace(flat_lr, "").replace("  optimizer: {type: choice, values: [sgd, adamw]}\n",
-                                                       CONDITIONAL.format()))
+    exps: dict[int, tuple] = {}
+
+    def one(who: str, seed: int) -> list[tuple]:
+        if seed not in exps:
+            text = DIGITS.format(seed=seed, trials=trials, epochs=epochs, cache=cache, width=DIGITS_WIDTH)
+            flat_lr = "  lr: {type: loguniform, low: 1.0e-2, high: 0.5}\n"
+            cond = text.replace(flat_lr, "").replace("  optimizer: {type: choice, values: [sgd, adamw]}\n",
+                                                     CONDITIONAL.format())
+            exps[seed] = (parse(text), parse(cond))
+        exp, cond_exp = exps[seed]
         base = exp.base_config()
-        took = {}
-        for who in searchers:
-            t = time.monotonic()
-            if who == "optuna_hb":
-                rows = run_optuna_hb(digits_objective(base), exp.search, exp.budget, seed, "min")
-            else:
-                search = cond.search if VARIANTS.get(who, {}).get("space") == "conditional" else exp.search
-                rows = run_tune(who, make_trainable(1, 1.0, 0.0, storage), search, base, "val_loss", "min",
-                                "val_loss", exp.budget, seed, storage)
-            runs[who].append(rows)
-            took[who] = time.monotonic() - t
-        print("  seconds: " + ", ".join(f"{w} {v:.1f}" for w, v in took.items()), flush=True)
-        print(f"digits seed {seed}: " + ", ".join(
-            f"{w} {best_within(runs[w][-1], epochs, 10**9):.4f} ({len(runs[w][-1])} ep)" for w in searchers)
-            + f"  [{time.monotonic() - t0:.0f} s]", flush=True)
+        if who == "optuna_hb":
+            return run_optuna_hb(digits_objective(base), exp.search, exp.budget, seed, "min")
+        search = cond_exp.search if VARIANTS.get(who, {}).get("space") == "conditional" else exp.search
+        return run_tune(who, make_trainable(1, 1.0, 0.0, storage), search, base, "val_loss", "min", "val_loss",
+                        exp.budget, seed, storage)
+    runs = run_seeds("digits", seeds, searchers, one, lambda rows: f"{best_within(rows, epochs, 10**9):.4f}")
     best = {w: [best_within(r, epochs, 10**9) for r in runs[w]] for w in searchers}
     table = {w: {"val_loss": interval(best[w]), "epochs": statistics.mean(len(r) for r in runs[w]),
                  "paired_vs_ours": None if w == "ours" else interval([a - b for a, b in zip(best["ours"], best[w])])}
@@ -375,8 +382,8 @@ def bench_digits(seeds: list[int], trials: int, epochs: int, storage: str, cache
             "table": {w: {"val_loss": [round(x, 4) for x in t["val_loss"]], "epochs": round(t["epochs"], 1),
                           "paired_vs_ours": t["paired_vs_ours"] and [round(x, 4) for x in t["paired_vs_ours"]]}
                       for w, t in table.items()},
-            "met": no_peer_better and within_fifo and ratio <= 0.4, "no_peer_better": no_peer_better,
-            "within_fifo": within_fifo}
+            "met": bool(no_peer_better and within_fifo and ratio <= 0.4), "no_peer_better": bool(no_peer_better),
+            "within_fifo": bool(within_fifo)}
 
 
 def main() -> None:
@@ -401,6 +408,8 @@ def main() -> None:
     epochs = 3 if args.smoke else 9
     storage, cache = tempfile.mkdtemp(prefix="tuner-eff-"), tempfile.mkdtemp(prefix="tuner-cache-")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    # Tune would list every trial's missing result files (its file loggers are off) after each run.
+    logging.getLogger("ray.tune").setLevel(logging.ERROR)
     ray.init(address=os.environ.get("RAY_ADDRESS") or "local", num_cpus=None if os.environ.get("RAY_ADDRESS") else 2,
              include_dashboard=False, log_to_driver=False, logging_level="WARNING")
     out: dict[str, Any] = {"bench": "search_efficiency", "smoke": args.smoke}

@@ -119,6 +119,9 @@ def test_every_problem_is_reported_at_once():
 def test_set_overrides_apply():
     exp = parse(GOOD, overrides=["train.lr=0.2", "budget.num_samples=5", "momentum=0.8"])
     assert exp.base_config()["lr"] == 0.2 and exp.budget.num_samples == 5 and exp.base_config()["momentum"] == 0.8
+    # `seed` is the experiment's own key (the search's seed); the training seed is train.seed
+    exp = parse(GOOD, overrides=["seed=7", "train.seed=3"])
+    assert exp.seed == 7 and exp.base_config()["seed"] == 3
 
 
 def _cli(*args, cwd):

@@ -158,12 +158,26 @@ def test_a_ddp_trial_with_its_ranks_on_two_nodes_trains(cluster, tmp_path):
 
 @pytest.mark.timeout(300)
 def test_a_trial_whose_node_is_removed_resumes_on_another_from_its_checkpoint(cluster, tmp_path):
-    c, workers = cluster
+    _lose_the_trials_node(cluster, tmp_path, "lost", preempted=False)
+
+
+@pytest.mark.timeout(300)
+def test_a_preempted_node_does_not_use_up_the_failure_budget(cluster, tmp_path):
+    # max_failures 0: a failure ends the trial; a spot preemption (the node drained with
+    # Ray's PREEMPTION reason, as the autoscaler does before a spot node goes) does not count.
+    _lose_the_trials_node(cluster, tmp_path, "spot", preempted=True)
+
+
+def _lose_the_trials_node(cluster, tmp_path: Path, name: str, preempted: bool) -> None:
+    """A 1-trial run whose node goes away after epoch 1 (drained as preempted first, or not):
+    the trial resumes on another node from its epoch-1 checkpoint and finishes."""
+    c, _ = cluster
     faults = tmp_path / "faults"
     faults.mkdir()
     (faults / "hold").write_text("2")                  # every trial waits before epoch 2 (epoch 1 checkpointed)
     storage = tmp_path / "runs"
-    spec = _spec(tmp_path, "lost", 1, storage, epochs=3, train=f", fault_dir: {faults}")
+    spec = _spec(tmp_path, name, 1, storage, epochs=3, train=f", fault_dir: {faults}",
+                 resources=", max_failures: 0" if preempted else "")
     proc = subprocess.Popen([sys.executable, "-m", "tuner", "run", str(spec), "--address", c.address],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
@@ -171,13 +185,19 @@ def test_a_trial_whose_node_is_removed_resumes_on_another_from_its_checkpoint(cl
         deadline = time.monotonic() + 120
         while result is None:
             assert time.monotonic() < deadline and proc.poll() is None, "no first epoch"
-            found = list((storage / "lost").glob("trial_*/result.json"))
+            found = list((storage / name).glob("trial_*/result.json"))
             if found and found[0].read_text().strip() and (faults / "rank0.pid").exists():
                 result = found[0]
             time.sleep(0.5)
         first = json.loads(result.read_text().splitlines()[0])
         pid = int((faults / "rank0.pid").read_text())
-        victim = next(n for n in workers if n.node_id == first["node_id"])
+        victim = next(n for n in c.worker_nodes if n.node_id == first["node_id"])
+        if preempted:
+            drain = subprocess.run([sys.executable, "-m", "ray.scripts.scripts", "drain-node", "--address",
+                                    c.address, "--node-id", victim.node_id, "--reason",
+                                    "DRAIN_NODE_REASON_PREEMPTION", "--reason-message", "spot instance reclaimed",
+                                    "--deadline-remaining-seconds", "30"], capture_output=True, text=True, timeout=60)
+            assert drain.returncode == 0, drain.stdout + drain.stderr
         c.remove_node(victim, allow_graceful=False)     # the node goes away with the trial on it
         deadline = time.monotonic() + 120
         while int((faults / "rank0.pid").read_text() or 0) == pid:   # the retried trial has started

@@ -494,13 +494,14 @@ def _without_errors(raw: dict, err: ValidationError) -> Experiment | None:
 
 def _apply_override(raw: dict, item: str, problems: list[str]) -> None:
     """`--set key=value`: a dotted path into the file (train.lr=0.1, budget.num_samples=4);
-    a bare training setting means train.<key>."""
+    a bare training setting means train.<key>, unless the experiment itself has that key
+    (`seed`: the search's seed; the training seed is train.seed)."""
     if "=" not in item:
         problems.append(f"--set {item!r}: write KEY=VALUE, e.g. --set train.lr=0.1")
         return
     key, value = item.split("=", 1)
     parts = key.strip().split(".")
-    if len(parts) == 1 and parts[0] in TRAIN_FIELDS:
+    if len(parts) == 1 and parts[0] in TRAIN_FIELDS and parts[0] not in Experiment.model_fields:
         parts = ["train", parts[0]]
     node = raw
     for part in parts[:-1]:

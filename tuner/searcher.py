@@ -43,12 +43,26 @@ def startup_trials(num_samples: int, fraction: float | None = None) -> int:
     return 10 if not fraction else max(MIN_STARTUP, round(fraction * num_samples))
 
 
+class TopFraction:
+    """TPE's gamma as a fraction of the trials so far (a class, not a lambda: the sampler is
+    pickled with the searcher's snapshot)."""
+
+    def __init__(self, fraction: float, cap: int = 25):
+        self.fraction, self.cap = fraction, cap
+
+    def __call__(self, n: int) -> int:
+        return min(math.ceil(self.fraction * n), self.cap)
+
+
 def make_searcher(search: dict, metric: str | list[str], mode: str | list[str], seed: int | None, budget,
                   storage: optuna.storages.BaseStorage | None = None, study_name: str | None = None,
-                  startup_fraction: float | None = None, **tpe: Any) -> "FidelityOptunaSearch":
+                  startup_fraction: float | None = None, gamma_fraction: float | None = None,
+                  **tpe: Any) -> "FidelityOptunaSearch":
     """The searcher of a run: fidelity-aware TPE over the experiment's (define-by-run) space.
-    startup_fraction and `tpe` (TPESampler settings) are the benchmark's levers."""
+    startup_fraction, gamma_fraction and `tpe` (TPESampler settings) are the benchmark's levers."""
     from .space import SearchSpace
+    if gamma_fraction:
+        tpe["gamma"] = TopFraction(gamma_fraction)
     sampler = tpe_sampler(seed, n_startup_trials=startup_trials(budget.num_samples, startup_fraction), **tpe)
     return FidelityOptunaSearch(space=SearchSpace(search), metric=metric, mode=mode, sampler=sampler,
                                 storage=storage, study_name=study_name, max_epochs=budget.max_epochs)
