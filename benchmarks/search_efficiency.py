@@ -45,22 +45,25 @@ import threading
 import time
 from typing import Any, Callable
 
-os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
-os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
-# No result.json / progress.csv / TensorBoard files per trial: the searches are compared on what
-# the callback records, and the files would cost every searcher the same time.
-os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
+# Set by main() only: the module is imported by the tests, whose other Tune runs need their files.
+BENCH_ENV = {
+    "TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S": "0",
+    "RAY_AIR_NEW_OUTPUT": "0",
+    # No result.json / progress.csv / TensorBoard files per trial: the searches are compared on
+    # what the callback records, and the files would cost every searcher the same time.
+    "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "1",
+}
 
-import numpy as np  # noqa: E402
-import optuna  # noqa: E402
-import ray  # noqa: E402
-from ray import tune  # noqa: E402
-from scipy import stats  # noqa: E402
+import numpy as np
+import optuna
+import ray
+from ray import tune
+from scipy import stats
 
-from tuner.config import Budget, SearchEntry, parse  # noqa: E402
-from tuner.run import asha  # noqa: E402
-from tuner.searcher import make_searcher  # noqa: E402
-from tuner.space import SearchSpace  # noqa: E402
+from tuner.config import Budget, SearchEntry, parse
+from tuner.run import asha
+from tuner.searcher import make_searcher
+from tuner.space import SearchSpace
 
 SEARCHERS = ("ours", "optuna_search", "random", "optuna_hb", "fifo")
 # Settings of our searcher tried against the shipped one (`--searchers ours,ours_s20,...`).
@@ -406,6 +409,8 @@ def main() -> None:
     h_trials = args.trials or (8 if args.smoke else 32)
     d_trials = args.digits_trials or (4 if args.smoke else 16)
     epochs = 3 if args.smoke else 9
+    for k, v in BENCH_ENV.items():
+        os.environ.setdefault(k, v)
     storage, cache = tempfile.mkdtemp(prefix="tuner-eff-"), tempfile.mkdtemp(prefix="tuner-cache-")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     # Tune would list every trial's missing result files (its file loggers are off) after each run.

@@ -12,7 +12,11 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+_env = dict(os.environ)
 import search_efficiency as se  # noqa: E402
+
+# Importing the benchmark leaves Tune's file loggers on for the rest of the suite (it turns them off in main()).
+assert os.environ.get("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS") == _env.get("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS")
 
 
 def settings(u):
