@@ -1,10 +1,5 @@
 """Conditional search spaces: a choice whose options carry their own settings."""
 import pickle
-import signal
-import subprocess
-import sys
-import time
-from pathlib import Path
 
 import pytest
 
@@ -146,69 +141,3 @@ def test_the_searcher_snapshot_pickles_and_restores_the_space(tmp_path):
     cfg = restored.suggest("t3")
     assert {"optimizer", "lr"} <= set(cfg) and len(restored.study.trials) == 4
     assert pickle.loads(pickle.dumps(SearchSpace(exp.search))).search == SearchSpace(exp.search).search
-
-
-RUN = """
-name: condrun
-storage_path: {tmp}/runs
-seed: 1
-budget: {{num_samples: 3, max_epochs: 3, grace_epochs: 3, max_concurrent_trials: 1}}
-train: {{dataset: digits, cache_dir: {tmp}/cache, width: 0.25, flip: false, crop_padding: 1, max_steps_per_epoch: 4,
-         fault_dir: {tmp}/faults}}
-search:
-  optimizer:
-    type: choice
-    values: [sgd, adamw]
-    branches:
-      sgd: {{lr: {{type: loguniform, low: 1.0e-2, high: 0.3}}}}
-      adamw: {{lr: {{type: loguniform, low: 1.0e-4, high: 1.0e-2}}}}
-"""
-
-
-def _cli(*args, timeout=300):
-    return subprocess.run([sys.executable, "-m", "tuner", *args], capture_output=True, text=True, timeout=timeout)
-
-
-@pytest.mark.integration
-@pytest.mark.timeout(500)
-def test_a_conditional_study_resumes_and_status_and_export_show_the_branch(ray_address, tmp_path):
-    (tmp_path / "faults").mkdir()
-    (tmp_path / "faults" / "hold").write_text("2")          # every trial waits before epoch 2
-    spec = tmp_path / "cond.yaml"
-    spec.write_text(RUN.format(tmp=tmp_path))
-    exp_dir = tmp_path / "runs" / "condrun"
-    proc = subprocess.Popen([sys.executable, "-m", "tuner", "run", str(spec), "--address", ray_address],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        deadline = time.time() + 240
-        while not list(exp_dir.glob("*/result.json")) or not any(
-                f.read_text().strip() for f in exp_dir.glob("*/result.json")):
-            assert proc.poll() is None and time.time() < deadline, proc.communicate()[0][-3000:] if proc.poll() else ""
-            time.sleep(0.3)
-        proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=120)
-    finally:
-        proc.kill()
-    assert proc.returncode == 130, out[-3000:]
-    (tmp_path / "faults" / "hold").unlink()
-    r = _cli("resume", str(exp_dir), "--address", ray_address, timeout=400)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-
-    import optuna
-    from tuner.searcher import JOURNAL, journal_storage
-    study = optuna.load_study(study_name="condrun", storage=journal_storage(exp_dir / JOURNAL))
-    done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
-    assert len(done) == 3, [(t.number, t.state, t.params) for t in study.trials]
-    for t in done:   # one branch's parameters each, by their qualified names
-        assert set(t.params) == {"optimizer", f"lr[optimizer={t.params['optimizer']}]"}, t.params
-    s = _cli("status", str(exp_dir))
-    assert s.returncode == 0 and s.stdout.count("TERMINATED") == 3, s.stdout
-    assert "lr[optimizer=" in s.stdout, s.stdout
-    e = _cli("export", str(exp_dir), "--out", str(tmp_path / "best"))
-    assert e.returncode == 0, e.stdout + e.stderr
-    head = (tmp_path / "best" / "best_config.yaml").read_text().splitlines()[1]
-    assert head.startswith("# Branch of the search space: optimizer="), head
-    best = head.rsplit("=", 1)[1]
-    assert f"(branch optimizer={best})" in e.stdout, e.stdout
-    cfg = TrainConfig.from_dict(__import__("yaml").safe_load((tmp_path / "best" / "best_config.yaml").read_text()))
-    assert cfg.optimizer == best and (1e-2 <= cfg.lr <= 0.3 if best == "sgd" else 1e-4 <= cfg.lr <= 1e-2)
