@@ -24,12 +24,19 @@ def digits_config(cache_dir, **over):
     return TrainConfig.from_dict(base)
 
 
+S3_TEST_ENV = {"AWS_ACCESS_KEY_ID": "tuner-test", "AWS_SECRET_ACCESS_KEY": "tuner-test",
+               "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}
+
+
 @pytest.fixture(scope="session")
 def ray_address(tmp_path_factory):
     """One local Ray for the whole test session (4 logical CPUs: a 2-worker DDP trial needs a
     driver plus one CPU per worker), shut down at the end."""
     import ray
     os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.2")
+    # The S3 test's server (moto, started by tests/test_cloud_storage.py) takes any keys; trial
+    # workers inherit these from this process.  Never a real account's, never the EC2 metadata.
+    os.environ.update(S3_TEST_ENV)
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
     ctx = ray.init(address="local", num_cpus=4, include_dashboard=True, dashboard_host="127.0.0.1",
                    log_to_driver=False, runtime_env={"env_vars": {"RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.2"}})

@@ -11,6 +11,8 @@ import shutil
 import uuid
 from pathlib import Path
 
+from .storage import is_uri, parent_and_name, read_bytes, writable_problem
+
 MIN_FREE_BYTES = 1 << 30  # 1 GiB free under each folder a run writes (checkpoints, caches)
 
 
@@ -96,21 +98,7 @@ def node_problems(marker: str, token: str, expected: dict[str, str], gpus: float
     `token`): the storage path it cannot see (judged by reading the driver's marker and writing
     one of its own, not by the path's form), versions that differ from the driver's, or, on a
     node with GPUs, CUDA that does not work."""
-    problems = []
-    path = Path(marker)
-    try:
-        seen = path.read_text()
-    except OSError as e:
-        seen = None
-        problems.append(f"cannot read {path} ({e.strerror}): the storage path is not the driver's here; mount the "
-                        f"same shared folder at {path.parent.parent} on every node")
-    if seen is not None and seen != token:
-        problems.append(f"{path} holds another run's token: this node sees a different folder at "
-                        f"{path.parent.parent}; mount the driver's shared folder there")
-    if seen == token:
-        trouble = folder_problem("storage_path", path.parent, min_free=0)
-        if trouble:
-            problems.append(trouble)
+    problems = (_uri_problems if is_uri(marker) else _folder_problems)(marker, token)
     mine = versions()
     for k, v in expected.items():
         if mine.get(k) != v:
@@ -127,6 +115,38 @@ def node_problems(marker: str, token: str, expected: dict[str, str], gpus: float
         if not ok:
             problems.append(f"the node has {gpus:g} GPU(s) but CUDA does not work ({why}); check the driver (>= 580)")
     return problems
+
+
+def _folder_problems(marker: str, token: str) -> list[str]:
+    """node_problems' storage part for a folder: the driver's marker reads back here, and the
+    folder is writable."""
+    path = Path(marker)
+    try:
+        seen = path.read_text()
+    except OSError as e:
+        return [f"cannot read {path} ({e.strerror}): the storage path is not the driver's here; mount the "
+                f"same shared folder at {path.parent.parent} on every node"]
+    if seen != token:
+        return [f"{path} holds another run's token: this node sees a different folder at "
+                f"{path.parent.parent}; mount the driver's shared folder there"]
+    trouble = folder_problem("storage_path", path.parent, min_free=0)
+    return [trouble] if trouble else []
+
+
+def _uri_problems(marker: str, token: str) -> list[str]:
+    """node_problems' storage part for a cloud URI: the driver's marker reads back here, and
+    this node can write there too."""
+    try:
+        seen = read_bytes(marker).decode()
+    except Exception as e:  # noqa: BLE001 - pyarrow's errors for a missing object, bad credentials, no route
+        why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        return [f"cannot read {marker} ({why}): this node cannot reach the run's storage; give every node the "
+                "same credentials (instance profile / service account) and network access to it"]
+    if seen != token:
+        return [f"{marker} holds another run's token: this node reads a different store; give every node the "
+                "driver's storage settings"]
+    trouble = writable_problem("storage_path", parent_and_name(marker)[0])
+    return [trouble] if trouble else []
 
 
 def trial_node_check() -> None:

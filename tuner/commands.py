@@ -3,6 +3,7 @@ clear message and a non-zero exit, never a traceback."""
 from __future__ import annotations
 
 import json
+import shlex
 import logging
 import sys
 from pathlib import Path
@@ -56,7 +57,7 @@ def cmd_run(args) -> int:
 
 def _print_summary(summary: dict[str, Any]) -> int:
     """The end-of-run lines; the exit status: 130 (as for Ctrl-C) while trials are unfinished."""
-    best, d = summary["best"], summary["exp_dir"]
+    best, d = summary["best"], shlex.quote(summary["exp_dir"])
     print(f"\n{summary['trials']} trials; results in {d}")
     if summary["errors"]:
         print(f"{len(summary['errors'])} trial(s) errored, first: {summary['errors'][0]}")

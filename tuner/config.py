@@ -20,6 +20,7 @@ from typing import Any, Literal, Optional
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
+from trainables import storage
 from trainables.config import TORCH_LOADER_FIELDS, TrainConfig, problems_of, range_text
 from trainables.config import branch_name as qualified
 
@@ -180,7 +181,21 @@ class Experiment(BaseModel):
         return {s.name: config[s.name] for s in self.searched if s.name in config}
 
     @property
+    def remote(self) -> bool:
+        """storage_path is a cloud URI (s3://, gs://): Ray and the tuner write through pyarrow."""
+        return storage.is_uri(self.storage_path)
+
+    @property
+    def location(self) -> str:
+        """The experiment folder as the user names it: a local path or a URI."""
+        return storage.join(self.storage_path, self.name) if self.remote else str(self.exp_dir)
+
+    @property
     def exp_dir(self) -> Path:
+        """The experiment folder on this machine: for cloud storage, the local copy of it (the
+        driver's own files, and what `status`/`export`/`report` download)."""
+        if self.remote:
+            return storage.local_copy(self.location)
         return Path(self.storage_path).expanduser().resolve() / self.name
 
     @property

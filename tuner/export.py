@@ -25,7 +25,7 @@ from trainables.pruning import make_permanent, restore_masks
 
 from .config import ExperimentError, branch_taken
 from .results import select, trials
-from .run import load_saved
+from .run import load_saved, local_checkpoint
 
 
 # ---------------------------------------------------------------- export
@@ -67,7 +67,8 @@ def export(exp_dir: str | Path, out: str | Path, rule: str | None = None, force:
     if out.exists() and any(out.iterdir()) and not force:
         raise ExperimentError(str(out), ["the output folder is not empty; choose another --out or pass --force"])
     row = select(exp, trials(exp), rule)
-    payload = ckpt_io.load(row.checkpoint)
+    checkpoint = local_checkpoint(exp, row.checkpoint)
+    payload = ckpt_io.load(checkpoint)
     model, cfg = restore_model(payload)
     val, test = eval_batches(cfg, "val", "test")
     example = val[0][0][:2]
@@ -79,7 +80,7 @@ def export(exp_dir: str | Path, out: str | Path, rule: str | None = None, force:
         f"# Best trial {row.trial_id} of {exp.name}; re-run with: python -m tuner train {out / 'best_config.yaml'}\n"
         + (f"# Branch of the search space: {', '.join(branch)}\n" if branch else "")
         + yaml.safe_dump(best_cfg, sort_keys=False))
-    ckpt_io.copy(Path(row.checkpoint) / ckpt_io.FILENAME, out / "checkpoint.pt")
+    ckpt_io.copy(Path(checkpoint) / ckpt_io.FILENAME, out / "checkpoint.pt")
     torch.save(model.state_dict(), out / "model.pt")
     batch = ({0: torch.export.Dim.DYNAMIC},)  # any batch size, not just the example's
     torch.export.save(torch.export.export(model, (example,), dynamic_shapes=batch), out / "model.pt2")

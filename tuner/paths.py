@@ -5,12 +5,15 @@ Inside a Ray job (`ray job submit --working-dir .`) the current folder is Ray's 
 of the working directory, deleted with the Ray session: results written there are lost and
 the printed `status`/`export` commands would point nowhere.  There relative paths resolve
 under TUNER_HOME (default ~/tuner on the node running the driver).  TUNER_STORAGE, when set,
-replaces a relative storage_path anywhere (a shared folder every node mounts, say).
+replaces a relative storage_path anywhere (a shared folder every node mounts, or a cloud URI
+such as s3://bucket/runs).  A URI storage_path is left as it is.
 """
 from __future__ import annotations
 
 import os
 from pathlib import Path
+
+from trainables.storage import is_uri
 
 from .config import Experiment
 
@@ -41,9 +44,10 @@ def settle(exp: Experiment) -> Experiment:
     there)."""
     root = base()
     storage = exp.storage_path
-    if not Path(storage).expanduser().is_absolute():
-        storage = os.environ.get(STORAGE_ENV) or _absolute(storage, root)
-    storage = _absolute(storage, root)
+    if not is_uri(storage) and not Path(storage).expanduser().is_absolute():
+        storage = os.environ.get(STORAGE_ENV) or storage
+    if not is_uri(storage):  # a cloud URI (s3://, gs://) is the same place from everywhere
+        storage = _absolute(storage, root)
     train = exp.train.model_copy(update={"cache_dir": _absolute(exp.train.cache_dir, root),
                                          "data_root": _absolute(exp.train.data_root, root)})
     return exp.model_copy(update={"storage_path": storage, "train": train})

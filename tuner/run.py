@@ -11,6 +11,7 @@ from typing import Any, Callable
 
 import yaml
 
+from trainables import storage
 from trainables.preflight import MARKER, PREFLIGHT_ENV, PreflightError, check_folders
 from trainables.trainable import KEEP_BEST, make_trainable, trial_resources
 
@@ -89,7 +90,15 @@ def _fit(exp: Experiment, tuner, session_dir: str | None):
 
 def preflight(exp: Experiment) -> None:
     """The folders the run writes are usable: checked before Ray starts or a folder is made."""
-    check_folders({"storage_path": exp.exp_dir.parent, "train.cache_dir": exp.base_config()["cache_dir"]})
+    folders = {"train.cache_dir": exp.base_config()["cache_dir"]}
+    if exp.remote:
+        problem = storage.writable_problem("storage_path", exp.storage_path)
+        if problem:
+            raise PreflightError(f"preflight failed, nothing was started:\n  - {problem}")
+        folders["the local copy of the experiment"] = exp.exp_dir.parent
+    else:
+        folders["storage_path"] = exp.exp_dir.parent
+    check_folders(folders)
 
 
 class NodeCheck:
@@ -101,7 +110,7 @@ class NodeCheck:
         import secrets
 
         from trainables.preflight import versions
-        self.path = exp.exp_dir.parent / f"{MARKER}-{exp.name}"
+        self.path = storage.join(exp.storage_path if exp.remote else exp.exp_dir.parent, f"{MARKER}-{exp.name}")
         self.token = secrets.token_hex(16)
         self.versions = versions()
         self.env = {PREFLIGHT_ENV: f"{self.path}\n{self.token}\n" + " ".join(self.versions[k] for k in ("python", "ray", "torch"))}
@@ -111,8 +120,7 @@ class NodeCheck:
         PreflightError naming each node that fails.  No task when the driver's own node is the
         whole cluster (checked already)."""
         import ray
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.path.write_text(self.token)
+        storage.write_bytes(self.path, self.token.encode())
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         from trainables.preflight import node_problems
@@ -121,7 +129,7 @@ class NodeCheck:
             return
         task = ray.remote(num_cpus=0, max_retries=0)(node_problems)
         refs = [task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote(
-            str(self.path), self.token, self.versions, n["Resources"].get("GPU", 0)) for n in alive]
+            self.path, self.token, self.versions, n["Resources"].get("GPU", 0)) for n in alive]
         ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
         problems = []
         for n, ref in zip(alive, refs):
@@ -135,7 +143,7 @@ class NodeCheck:
                                  + "\n".join(f"  - {p}" for p in problems))
 
     def remove(self) -> None:
-        self.path.unlink(missing_ok=True)
+        storage.remove(self.path)
 
 
 def largest_need(exp: Experiment) -> dict[str, float]:
@@ -249,11 +257,15 @@ def build_tuner(exp: Experiment, concurrency: int, verbose: bool = False):
     # searcher gets both, ASHA stops on the first.  The searcher holds the space and its
     # objectives itself (define-by-run); Tune's param_space has the fixed settings only.
     exp.exp_dir.mkdir(parents=True, exist_ok=True)
+    journal = exp.exp_dir / JOURNAL
     # Nothing searched: the trials repeat the fixed settings (Tune's own generator; Optuna
     # would have no space to sample).
     searcher = make_searcher(exp.search, exp.metrics if multi else exp.metric, exp.modes if multi else exp.mode,
-                             exp.seed, exp.budget, storage=journal_storage(exp.exp_dir / JOURNAL),
+                             exp.seed, exp.budget, storage=journal_storage(journal),
                              study_name=exp.name) if exp.search else None
+    if searcher is not None and exp.remote:
+        # Tune uploads the searcher's snapshot folder: the journal goes with it.
+        searcher.journal_upload = str(journal)
     scheduler = asha(exp.budget, exp.metric if multi else None, exp.mode if multi else None)
     return tune.Tuner(
         trainable_for(exp),
@@ -263,7 +275,7 @@ def build_tuner(exp: Experiment, concurrency: int, verbose: bool = False):
                                     max_concurrent_trials=concurrency, time_budget_s=exp.budget.time_limit_s,
                                     reuse_actors=True, trial_dirname_creator=trial_folder_name),
         run_config=tune.RunConfig(
-            name=exp.name, storage_path=str(exp.exp_dir.parent),
+            name=exp.name, storage_path=exp.storage_path if exp.remote else str(exp.exp_dir.parent),
             checkpoint_config=tune.CheckpointConfig(num_to_keep=KEEP_BEST, checkpoint_score_attribute=exp.metric,
                                                     checkpoint_score_order=exp.mode),  # best two + latest
             failure_config=tune.FailureConfig(max_failures=exp.resources.max_failures),
@@ -297,15 +309,54 @@ def console_for(exp: Experiment):
 
 def trainable_for(exp: Experiment):
     r = exp.resources
-    return make_trainable(r.workers, r.cpus_per_worker, r.gpus_per_worker, str(exp.exp_dir / "train-runs"),
+    return make_trainable(r.workers, r.cpus_per_worker, r.gpus_per_worker, storage.join(exp.location, "train-runs"),
                           worker_failures=r.worker_failures, keep_by=(exp.metric, exp.mode),
                           accelerator=r.accelerator or "", placement_strategy=r.placement_strategy)
 
 
 def _save_experiment(exp: Experiment) -> None:
-    exp.exp_dir.mkdir(parents=True, exist_ok=True)
     data = exp.model_dump(mode="json", exclude_unset=True)  # what the user wrote, not every default
-    (exp.exp_dir / EXPERIMENT_FILE).write_text(yaml.safe_dump(data, sort_keys=False))
+    write_file(exp, EXPERIMENT_FILE, yaml.safe_dump(data, sort_keys=False))
+
+
+def write_file(exp: Experiment, name: str, text: str) -> None:
+    """A file of the experiment folder: in the folder, and for cloud storage also in the local copy."""
+    exp.exp_dir.mkdir(parents=True, exist_ok=True)
+    (exp.exp_dir / name).write_text(text)
+    if exp.remote:
+        storage.write_bytes(storage.join(exp.location, name), text.encode())
+
+
+def _state_file(rel: str, journal: bool) -> bool:
+    """What `pull` copies: everything but checkpoints (fetched one by one when needed) and,
+    unless asked for, the searcher's journal (only resume needs it; a run on this machine may
+    be appending to the local one)."""
+    from .searcher import JOURNAL
+    parts = rel.split("/")
+    return not any(p.startswith("checkpoint_") for p in parts) and (journal or parts[-1] != JOURNAL)
+
+
+def pull(exp: Experiment, journal: bool = False) -> list[str]:
+    """Bring a cloud experiment's state into its local copy (nothing to do for a folder)."""
+    if not exp.remote:
+        return []
+    return storage.download(exp.location, exp.exp_dir, lambda rel: _state_file(rel, journal))
+
+
+def local_checkpoint(exp: Experiment, path: str) -> str:
+    """A trial checkpoint folder on this machine: for cloud storage, fetched into the local copy."""
+    if not exp.remote or Path(path).is_dir():
+        return path
+    _, root = storage.filesystem(exp.location)
+    # A path on the bucket (a DDP trial's, from its report), or Tune's for the local copy,
+    # which for a cloud experiment holds the bucket's path after the copy's own: the part
+    # after the experiment's path on the bucket is the checkpoint's place in the folder.
+    at = path.rfind(root.rstrip("/") + "/")
+    if at < 0:
+        raise ExperimentError(exp.location, [f"checkpoint {path} is outside the experiment folder"])
+    rel = path[at + len(root.rstrip("/")) + 1:]
+    storage.download(storage.join(exp.location, *rel.split("/")), exp.exp_dir / rel)
+    return str(exp.exp_dir / rel)
 
 
 # Files of an experiment folder that resume/status/export unpickle or trust (Tune's and the
@@ -340,7 +391,11 @@ def _private_group(gid: int) -> bool:
     return gid == me.pw_gid and g.gr_name == me.pw_name and set(g.gr_mem) <= {me.pw_name}
 
 
-def load_saved(exp_dir: str | Path) -> Experiment:
+def load_saved(exp_dir: str | Path, journal: bool = False) -> Experiment:
+    """The experiment saved in a folder or at a cloud URI (its state downloaded into the local
+    copy first; the bucket's access policy is what guards a cloud experiment's pickles)."""
+    if storage.is_uri(exp_dir):
+        return _load_remote(str(exp_dir), journal)
     path = Path(exp_dir) / EXPERIMENT_FILE
     if not path.is_file():
         raise ExperimentError(str(exp_dir), [f"not an experiment folder: {path} is missing "
@@ -357,6 +412,23 @@ def load_saved(exp_dir: str | Path) -> Experiment:
                                   "name": Path(exp_dir).resolve().name})
 
 
+def _load_remote(location: str, journal: bool) -> Experiment:
+    from .config import parse
+    parent, name = storage.parent_and_name(location)
+    try:
+        text = storage.read_bytes(storage.join(location, EXPERIMENT_FILE)).decode()
+    except FileNotFoundError:
+        raise ExperimentError(location, [f"not an experiment: {storage.join(location, EXPERIMENT_FILE)} is missing "
+                                         "(give the location that `tuner run` printed)"]) from None
+    except Exception as e:  # noqa: BLE001 - pyarrow: credentials, endpoint, bad URI
+        raise ExperimentError(location, [f"cannot read it: {str(e).strip().splitlines()[0]}; check the URI and "
+                                         "the credentials"]) from None
+    exp = parse(text, storage.join(location, EXPERIMENT_FILE))
+    exp = exp.model_copy(update={"storage_path": parent, "name": name})
+    pull(exp, journal)
+    return exp
+
+
 def run_experiment(exp: Experiment, address: str | None = None, echo: Callable[[str], None] = print,
                    allow_no_auth: bool = False, verbose: bool = False):
     """Validate-then-run: refuses an existing experiment folder, checks that a trial fits."""
@@ -364,11 +436,14 @@ def run_experiment(exp: Experiment, address: str | None = None, echo: Callable[[
 
     from .paths import settle
     exp = settle(exp)   # absolute paths, and never into a Ray job's temporary copy of the working dir
-    if (exp.exp_dir / EXPERIMENT_FILE).exists():
-        raise ExperimentError(str(exp.exp_dir), [
-            "this experiment folder exists already; `tuner resume " + str(exp.exp_dir) + "` continues it, or "
+    if storage.exists(storage.join(exp.location, EXPERIMENT_FILE)):
+        raise ExperimentError(exp.location, [
+            "this experiment folder exists already; `tuner resume " + exp.location + "` continues it, or "
             "choose another name (--set name=NEW)"])
     preflight(exp)
+    if exp.remote and exp.exp_dir.exists():  # a local copy left from an experiment since deleted there
+        import shutil
+        shutil.rmtree(exp.exp_dir)
     local_ray.end_leftovers(exp.exp_dir.parent, echo)
     nodes = NodeCheck(exp)
     try:
@@ -378,8 +453,8 @@ def run_experiment(exp: Experiment, address: str | None = None, echo: Callable[[
         ready_train_view(exp)
         _save_experiment(exp)
         echo(f"experiment {exp.name}: {exp.budget.num_samples} trials, up to {concurrency} at once, "
-             f"ASHA over {exp.budget.max_epochs} epochs; results in {exp.exp_dir}")
-        echo(f"watch: tensorboard --logdir {exp.exp_dir}")
+             f"ASHA over {exp.budget.max_epochs} epochs; results in {exp.location}")
+        echo(f"watch: tensorboard --logdir {exp.location}")
         return summarize(exp, _fit(exp, build_tuner(exp, concurrency, verbose), session_dir))
     finally:
         nodes.remove()
@@ -387,7 +462,7 @@ def run_experiment(exp: Experiment, address: str | None = None, echo: Callable[[
 
 def resume_experiment(exp_dir: str | Path, address: str | None = None, echo: Callable[[str], None] = print,
                       allow_no_auth: bool = False, verbose: bool = False):
-    exp = load_saved(exp_dir)
+    exp = load_saved(exp_dir, journal=True)
     preflight(exp)
     local_ray.end_leftovers(exp.exp_dir.parent, echo)
     nodes = NodeCheck(exp)
@@ -404,13 +479,13 @@ def _resume(exp: Experiment, exp_dir, address, echo, allow_no_auth, verbose, nod
     concurrency_for(exp, echo)
     nodes.check_nodes()
     ready_train_view(exp)
-    if not tune.Tuner.can_restore(str(exp.exp_dir)):
+    if not tune.Tuner.can_restore(exp.location):
         raise ExperimentError(str(exp_dir), ["no Tune state to resume from in this folder"])
     from .searcher import EXPERIMENT_DIR_ENV
     os.environ[EXPERIMENT_DIR_ENV] = str(exp.exp_dir)  # where the searcher's journal is now
-    tuner = tune.Tuner.restore(str(exp.exp_dir), trainable=trainable_for(exp), resume_unfinished=True,
+    tuner = tune.Tuner.restore(exp.location, trainable=trainable_for(exp), resume_unfinished=True,
                                resume_errored=True)
-    echo(f"resuming {exp.exp_dir}")
+    echo(f"resuming {exp.location}")
     return summarize(exp, _fit(exp, tuner, session_dir))
 
 
@@ -427,12 +502,13 @@ def summarize(exp: Experiment, results) -> dict[str, Any]:
     except RuntimeError:
         best = None
     from .results import trials
+    pull(exp)
     unfinished = [t.trial_id for t in trials(exp) if t.state not in ("TERMINATED", "ERROR")]
-    out = {"exp_dir": str(exp.exp_dir), "trials": len(results), "errors": errors, "unfinished": unfinished,
+    out = {"exp_dir": exp.location, "trials": len(results), "errors": errors, "unfinished": unfinished,
            "best": None}
     if best is not None and best.metrics and best.metrics.get(exp.metric) is not None:
         params = exp.params_of(best.config)
         out["best"] = {"metric": exp.metric, "value": best.metrics.get(exp.metric),
                        "epoch": best.metrics.get("epoch"), "params": params, "path": best.path}
-    (exp.exp_dir / "summary.json").write_text(json.dumps(out, indent=1, default=str))
+    write_file(exp, "summary.json", json.dumps(out, indent=1, default=str))
     return out

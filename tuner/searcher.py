@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -87,10 +88,18 @@ class FidelityOptunaSearch(OptunaSearch):
         self.max_epochs = max_epochs
         self.last_results: dict[str, dict] = {}
         self.reported: dict[str, set[int]] = {}
+        # For cloud storage: the local journal, copied beside each snapshot so that Tune
+        # uploads it with the rest of the experiment's state.
+        self.journal_upload: str | None = None
 
     @property
     def study(self) -> optuna.Study:
         return self._ot_study
+
+    def save(self, checkpoint_path: str) -> None:
+        super().save(checkpoint_path)
+        if self.journal_upload:
+            shutil.copyfile(self.journal_upload, Path(checkpoint_path).parent / JOURNAL)
 
     def restore(self, checkpoint_path: str) -> None:
         """Tune's snapshot of the searcher, with its study re-opened from the journal in the
@@ -105,6 +114,8 @@ class FidelityOptunaSearch(OptunaSearch):
             raise FileNotFoundError(f"{journal}: the experiment's Optuna journal is missing; "
                                     "resume needs the whole experiment folder")
         self._storage = journal_storage(journal)
+        if getattr(self, "journal_upload", None):
+            self.journal_upload = str(journal)
         self._ot_study = optuna.load_study(study_name=self._study_name, storage=self._storage,
                                            sampler=self._ot_study.sampler)
         self._ot_trials = {tid: optuna.trial.Trial(self._ot_study, t._trial_id) for tid, t in self._ot_trials.items()}

@@ -1,0 +1,160 @@
+"""Cloud storage: `storage_path: s3://...` against a real S3-compatible server (moto's server
+mode, started here in its own process group).  Ray writes the trials there, the tuner its own
+files (experiment YAML, summary, searcher journal, preflight marker); `status`, `export` and
+`resume` read the experiment from the bucket with an empty local cache."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from ray_helpers import free_ports
+
+pytest.importorskip("moto", reason="moto[server] (the test extra) runs the S3-compatible server")
+
+from trainables import storage  # noqa: E402
+
+BUCKET = "tuner-results"
+
+
+@pytest.fixture(scope="module")
+def s3_endpoint(tmp_path_factory):
+    """host:port of a moto S3 server holding an empty bucket; ended through its process group."""
+    port = free_ports(1)[0]
+    log = open(tmp_path_factory.mktemp("moto") / "server.log", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.time() + 60
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/moto-api/", timeout=2)
+                break
+            except OSError:
+                assert proc.poll() is None and time.time() < deadline, "moto server did not start"
+                time.sleep(0.2)
+        yield f"127.0.0.1:{port}"
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)
+        log.close()
+
+
+def _uri(endpoint: str, path: str) -> str:
+    return f"s3://{BUCKET}/{path}?endpoint_override={endpoint}&scheme=http&region=us-east-1"
+
+
+def _make_bucket(endpoint: str) -> None:
+    from pyarrow.fs import S3FileSystem
+    S3FileSystem(endpoint_override=endpoint, scheme="http", region="us-east-1",
+                 allow_bucket_creation=True).create_dir(BUCKET)
+
+
+def _objects(endpoint: str, prefix: str) -> list[str]:
+    from pyarrow.fs import FileSelector, FileType, S3FileSystem
+    fs = S3FileSystem(endpoint_override=endpoint, scheme="http", region="us-east-1")
+    root = f"{BUCKET}/{prefix}"
+    return sorted(i.path[len(root) + 1:] for i in fs.get_file_info(FileSelector(root, recursive=True,
+                                                                                   allow_not_found=True))
+                  if i.type == FileType.File)
+
+
+def _cli(args: list[str], cwd: Path, cache: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    env = {**os.environ, "TUNER_CACHE": str(cache)}
+    return subprocess.run([sys.executable, "-m", "tuner", *args], capture_output=True, text=True, timeout=timeout,
+                          cwd=cwd, env=env)
+
+
+def test_storage_join_keeps_the_query_last_and_local_paths_plain(tmp_path):
+    uri = "s3://b/runs?endpoint_override=h:1&scheme=http"
+    assert storage.join(uri, "exp", "f.yaml") == "s3://b/runs/exp/f.yaml?endpoint_override=h:1&scheme=http"
+    assert storage.parent_and_name(storage.join(uri, "exp")) == (uri, "exp")
+    assert storage.join(str(tmp_path), "exp") == str(tmp_path / "exp")
+    assert storage.local_copy(storage.join(uri, "exp")).parts[-4:] == ("s3", "b", "runs", "exp")
+
+
+def test_an_unreachable_bucket_is_refused_before_anything_starts(s3_endpoint, tmp_path):
+    spec = tmp_path / "nobucket.yaml"
+    spec.write_text(f"name: nob\nstorage_path: \"{_uri(s3_endpoint, 'runs').replace(BUCKET, 'no-such-bucket')}\"\n"
+                    f"train: {{dataset: digits, cache_dir: {tmp_path / 'cache'}}}\n")
+    r = _cli(["run", str(spec), "--address", "127.0.0.1:1"], tmp_path, tmp_path / "tc", timeout=120)
+    assert r.returncode != 0 and "storage_path" in r.stderr and "no-such-bucket" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and "preflight failed" in r.stderr, r.stderr
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(500)
+def test_an_s3_experiment_runs_resumes_and_is_read_back_from_the_bucket(ray_address, s3_endpoint, tmp_path):
+    _make_bucket(s3_endpoint)
+    faults = tmp_path / "faults"
+    faults.mkdir()
+    (faults / "hold").write_text("2")          # every trial waits before epoch 2
+    location = _uri(s3_endpoint, "runs/s3exp")
+    spec = tmp_path / "s3exp.yaml"
+    spec.write_text(f"""
+name: s3exp
+storage_path: "{_uri(s3_endpoint, 'runs')}"
+seed: 1
+budget: {{num_samples: 2, max_epochs: 3, grace_epochs: 3, max_concurrent_trials: 1}}
+train: {{dataset: digits, cache_dir: {tmp_path / 'cache'}, width: 0.25, flip: false, crop_padding: 1,
+         max_steps_per_epoch: 4, fault_dir: {faults}}}
+search:
+  lr: {{type: loguniform, low: 1.0e-2, high: 0.1}}
+""")
+    env = {**os.environ, "TUNER_CACHE": str(tmp_path / "driver-cache")}
+    proc = subprocess.Popen([sys.executable, "-m", "tuner", "run", str(spec), "--address", ray_address],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path, env=env)
+    try:   # the first trial's epoch-1 checkpoint reaches the bucket, then Ctrl-C
+        deadline = time.time() + 240
+        while not any(o.endswith("checkpoint.pt") for o in _objects(s3_endpoint, "runs/s3exp")):
+            assert proc.poll() is None and time.time() < deadline, proc.communicate()[0][-3000:] if proc.poll() else ""
+            time.sleep(0.3)
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, out[-3000:]
+    assert f"results in {location}" in out, out[-3000:]
+    assert not (tmp_path / "runs").exists()          # nothing relative to the current folder
+    held = _objects(s3_endpoint, "runs/s3exp")
+    for name in ("tuner-experiment.yaml", "optuna-journal.log"):
+        assert name in held, held
+    assert any(o.startswith("experiment_state-") for o in held), held
+
+    (faults / "hold").unlink()
+    # Every later command starts from an empty local cache: what it needs comes from the bucket.
+    r = _cli(["resume", location, "--address", ray_address], tmp_path, tmp_path / "cache-resume", timeout=400)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert f"resuming {location}" in r.stdout and "2 trials" in r.stdout, r.stdout
+
+    s = _cli(["status", location, "--json"], tmp_path, tmp_path / "cache-status")
+    assert s.returncode == 0, s.stderr
+    rows = json.loads(s.stdout)["trials"]
+    assert len(rows) == 2 and all(t["state"] == "TERMINATED" and t["epoch"] == 3 for t in rows), rows
+
+    held = _objects(s3_endpoint, "runs/s3exp")
+    assert "summary.json" in held, held
+    for t in rows:      # the interrupted trial went on from its checkpoint: no epoch reported twice
+        lines = storage.read_bytes(storage.join(location, f"trial_{t['trial_id']}", "result.json")).decode()
+        epochs = [json.loads(x)["epoch"] for x in lines.splitlines() if x.strip()]
+        assert epochs == [1, 2, 3], (t["trial_id"], epochs)
+
+    import optuna
+
+    from tuner.searcher import JOURNAL, journal_storage
+    journal = tmp_path / "journal.log"
+    journal.write_bytes(storage.read_bytes(storage.join(location, JOURNAL)))
+    study = optuna.load_study(study_name="s3exp", storage=journal_storage(journal))
+    assert [t.state for t in study.trials].count(optuna.trial.TrialState.COMPLETE) == 2, study.trials
+
+    e = _cli(["export", location, "--out", str(tmp_path / "best")], tmp_path, tmp_path / "cache-export")
+    assert e.returncode == 0, e.stdout + e.stderr
+    metrics = json.loads((tmp_path / "best" / "metrics.json").read_text())
+    assert metrics["trial_id"] in {t["trial_id"] for t in rows} and 0 <= metrics["val_acc"] <= 1
+    assert (tmp_path / "best" / "checkpoint.pt").stat().st_size > 0

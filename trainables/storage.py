@@ -1,0 +1,134 @@
+"""A storage path is a local folder or a cloud URI (s3://bucket/runs, gs://bucket/runs).
+
+A URI goes through pyarrow's filesystem layer, the one Ray's own storage uses: whatever Ray
+can write there, the tuner's own files (experiment YAML, summary, searcher journal, preflight
+markers) can too, with the same credentials.  Its query (`?endpoint_override=...&region=...`)
+stays at the end when a path is joined onto it, as pyarrow and Ray expect.  pyarrow is
+imported for URIs only: the training side runs without it on local folders.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Callable
+
+
+def is_uri(path: str | os.PathLike) -> bool:
+    return "://" in str(path)
+
+
+def _split(uri: str) -> tuple[str, str]:
+    head, sep, query = uri.partition("?")
+    return head.rstrip("/"), sep + query
+
+
+def join(base: str | os.PathLike, *parts: str) -> str:
+    """`base/part/...`: a local path, or a URI with its query kept at the end."""
+    if not is_uri(base):
+        return str(Path(base, *parts))
+    head, query = _split(str(base))
+    return "/".join([head, *parts]) + query
+
+
+def parent_and_name(path: str) -> tuple[str, str]:
+    """('s3://b/runs?q', 'exp') for 's3://b/runs/exp?q'; a local path's parent and name."""
+    if not is_uri(path):
+        p = Path(path).expanduser().resolve()
+        return str(p.parent), p.name
+    head, query = _split(path)
+    parent, _, name = head.rpartition("/")
+    return parent + query, name
+
+
+def local_copy(uri: str) -> Path:
+    """The folder on this machine that mirrors `uri` (query left out): the driver's own files
+    of a run on cloud storage, and what `status`/`export`/`report` download.  Under
+    TUNER_CACHE, default ~/.cache/tuner."""
+    head, _ = _split(uri)
+    scheme, _, rest = head.partition("://")
+    root = Path(os.environ.get("TUNER_CACHE") or Path.home() / ".cache" / "tuner").expanduser()
+    return root / "storage" / scheme / rest
+
+
+def filesystem(uri: str):
+    """(pyarrow filesystem, path on it) for a URI."""
+    from pyarrow.fs import FileSystem
+    return FileSystem.from_uri(uri)
+
+
+def read_bytes(path: str | os.PathLike) -> bytes:
+    if not is_uri(path):
+        return Path(path).read_bytes()
+    fs, p = filesystem(str(path))
+    with fs.open_input_stream(p) as f:
+        return f.read()
+
+
+def write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    if not is_uri(path):
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_bytes(data)
+        return
+    fs, p = filesystem(str(path))
+    fs.create_dir(p.rpartition("/")[0], recursive=True)
+    with fs.open_output_stream(p) as f:
+        f.write(data)
+
+
+def exists(path: str | os.PathLike) -> bool:
+    if not is_uri(path):
+        return Path(path).exists()
+    from pyarrow.fs import FileType
+    fs, p = filesystem(str(path))
+    return fs.get_file_info(p).type != FileType.NotFound
+
+
+def remove(path: str | os.PathLike) -> None:
+    """Delete a file; nothing if it is not there."""
+    if not is_uri(path):
+        Path(path).unlink(missing_ok=True)
+        return
+    fs, p = filesystem(str(path))
+    try:
+        fs.delete_file(p)
+    except FileNotFoundError:
+        pass
+
+
+def download(uri: str, dest: Path, keep: Callable[[str], bool] = lambda rel: True) -> list[str]:
+    """Copy the files under `uri` whose relative path `keep` accepts into `dest` (made, files
+    there overwritten); the relative paths copied."""
+    from pyarrow.fs import FileSelector, FileType
+    fs, root = filesystem(uri)
+    infos = fs.get_file_info(FileSelector(root, recursive=True, allow_not_found=True))
+    copied = []
+    for info in infos:
+        rel = info.path[len(root):].lstrip("/")
+        if info.type != FileType.File or not keep(rel):
+            continue
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with fs.open_input_stream(info.path) as src, open(target, "wb") as out:
+            while chunk := src.read(1 << 20):
+                out.write(chunk)
+        copied.append(rel)
+    return copied
+
+
+def writable_problem(name: str, uri: str) -> str | None:
+    """Why the URI `name` (a setting) cannot be written and read back here, or None: judged
+    by a marker written, read back and deleted."""
+    import uuid
+    marker = join(uri, f".tuner-preflight-{uuid.uuid4().hex}")
+    try:
+        write_bytes(marker, b"ok")
+        ok = read_bytes(marker) == b"ok"
+        remove(marker)
+    except Exception as e:  # noqa: BLE001 - pyarrow raises OSError subclasses and ArrowInvalid for bad URIs
+        why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        return (f"{name}: {uri!r} cannot be written from here ({why}); check the bucket name, the credentials "
+                "(AWS_* / GOOGLE_APPLICATION_CREDENTIALS, or the node's instance profile / service account) "
+                "and the endpoint")
+    if not ok:
+        return f"{name}: {uri!r}: a file written there did not read back; check the storage service"
+    return None
