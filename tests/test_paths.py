@@ -45,3 +45,15 @@ def test_absolute_paths_are_kept(tmp_path, monkeypatch):
     monkeypatch.setenv("TUNER_STORAGE", "/elsewhere")
     exp = settle(parse(SPEC.replace("./runs", str(tmp_path / "r")).replace(".cache/tuner", "/c")))
     assert exp.storage_path == str(tmp_path / "r") and exp.train.cache_dir == "/c"
+
+
+def test_a_cloud_uri_is_kept_from_the_file_or_from_tuner_storage(tmp_path, monkeypatch):
+    monkeypatch.setenv(JOB_ENV, "{}")
+    monkeypatch.setenv("TUNER_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("TUNER_STORAGE", "gs://bucket/runs")
+    exp = settle(parse(SPEC))   # a relative storage_path inside a job: TUNER_STORAGE, a URI, as it is
+    assert exp.storage_path == "gs://bucket/runs" and exp.remote and exp.location == "gs://bucket/runs/p"
+    assert exp.exp_dir == tmp_path / "cache" / "storage" / "gs" / "bucket" / "runs" / "p"   # the local copy
+    uri = "s3://b/r?endpoint_override=h:9&scheme=http"
+    exp = settle(parse(SPEC.replace("./runs", f'"{uri}"')))
+    assert exp.storage_path == uri and exp.location == "s3://b/r/p?endpoint_override=h:9&scheme=http"

@@ -1,7 +1,14 @@
 """Cloud storage: `storage_path: s3://...` against a real S3-compatible server (moto's server
 mode, started here in its own process group).  Ray writes the trials there, the tuner its own
-files (experiment YAML, summary, searcher journal, preflight marker); `status`, `export` and
-`resume` read the experiment from the bucket with an empty local cache."""
+files (experiment YAML, summary, searcher journal, preflight marker); `resume`, `status`,
+`report` and `export` read the experiment from the bucket with an empty local cache.
+
+The module runs last in the suite (by its name).  Run before the multi-node module, its
+interrupted run was followed, two modules later, by the suite's own Ray driver losing its GCS
+connection: the GCS logged a request from the driver without the token, and the driver ended
+60 s later.  The same happened to the conditional-space resume test in that place; neither the
+in-process pyarrow S3 client nor the GCS gRPC probe of test_reliability alone is the cause
+(each checked); not understood yet."""
 from __future__ import annotations
 
 import json
@@ -152,6 +159,11 @@ search:
     journal.write_bytes(storage.read_bytes(storage.join(location, JOURNAL)))
     study = optuna.load_study(study_name="s3exp", storage=journal_storage(journal))
     assert [t.state for t in study.trials].count(optuna.trial.TrialState.COMPLETE) == 2, study.trials
+
+    rep = _cli(["report", location], tmp_path, tmp_path / "cache-report")
+    assert rep.returncode == 0, rep.stdout + rep.stderr
+    html = Path(rep.stdout.split("report: ", 1)[1].splitlines()[0])
+    assert html.is_file() and html.is_relative_to(tmp_path / "cache-report"), rep.stdout
 
     e = _cli(["export", location, "--out", str(tmp_path / "best")], tmp_path, tmp_path / "cache-export")
     assert e.returncode == 0, e.stdout + e.stderr
