@@ -27,3 +27,23 @@ def dashboard_json(url: str, route: str) -> dict:
     req = urllib.request.Request(f"http://{url}{route}", headers={"Authorization": f"Bearer {token}"})
     with urllib.request.urlopen(req, timeout=30) as r:
         return json.loads(r.read())
+
+
+def interrupt_when(cmd: list[str], ready, wait_s: float = 240, **popen) -> str:
+    """Run `cmd` (a `tuner run`), press Ctrl-C once ready() is true; its output.  Fails if it
+    ends first, if ready() does not come within wait_s, or if it does not exit 130."""
+    import signal
+    import subprocess
+    import time
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **popen)
+    try:
+        deadline = time.time() + wait_s
+        while not ready():
+            assert proc.poll() is None and time.time() < deadline, proc.communicate()[0][-3000:] if proc.poll() else ""
+            time.sleep(0.3)
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, out[-3000:]
+    return out

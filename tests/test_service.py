@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from ray_helpers import dashboard_json
+from ray_helpers import dashboard_json, interrupt_when
 
 from tuner.config import parse
 
@@ -635,19 +635,8 @@ def test_a_conditional_study_resumes_and_status_and_export_show_the_branch(ray_a
     spec = tmp_path / "cond.yaml"
     spec.write_text(CONDITIONAL_RUN.format(tmp=tmp_path))
     exp_dir = tmp_path / "runs" / "condrun"
-    proc = subprocess.Popen([sys.executable, "-m", "tuner", "run", str(spec), "--address", ray_address],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        deadline = time.time() + 240
-        while not list(exp_dir.glob("*/result.json")) or not any(
-                f.read_text().strip() for f in exp_dir.glob("*/result.json")):
-            assert proc.poll() is None and time.time() < deadline, proc.communicate()[0][-3000:] if proc.poll() else ""
-            time.sleep(0.3)
-        proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=120)
-    finally:
-        proc.kill()
-    assert proc.returncode == 130, out[-3000:]
+    interrupt_when([sys.executable, "-m", "tuner", "run", str(spec), "--address", ray_address],
+                   lambda: any(f.read_text().strip() for f in exp_dir.glob("*/result.json")))
     (tmp_path / "faults" / "hold").unlink()
     r = _cli("resume", str(exp_dir), "--address", ray_address, timeout=400)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]

@@ -21,7 +21,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from ray_helpers import free_ports
+from ray_helpers import free_ports, interrupt_when
 
 pytest.importorskip("moto", reason="moto[server] (the test extra) runs the S3-compatible server")
 
@@ -115,18 +115,10 @@ search:
   lr: {{type: loguniform, low: 1.0e-2, high: 0.1}}
 """)
     env = {**os.environ, "TUNER_CACHE": str(tmp_path / "driver-cache")}
-    proc = subprocess.Popen([sys.executable, "-m", "tuner", "run", str(spec), "--address", ray_address],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path, env=env)
-    try:   # the first trial's epoch-1 checkpoint reaches the bucket, then Ctrl-C
-        deadline = time.time() + 240
-        while not any(o.endswith("checkpoint.pt") for o in _objects(s3_endpoint, "runs/s3exp")):
-            assert proc.poll() is None and time.time() < deadline, proc.communicate()[0][-3000:] if proc.poll() else ""
-            time.sleep(0.3)
-        proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=120)
-    finally:
-        proc.kill()
-    assert proc.returncode == 130, out[-3000:]
+    # The first trial's epoch-1 checkpoint reaches the bucket, then Ctrl-C.
+    out = interrupt_when([sys.executable, "-m", "tuner", "run", str(spec), "--address", ray_address],
+                         lambda: any(o.endswith("checkpoint.pt") for o in _objects(s3_endpoint, "runs/s3exp")),
+                         cwd=tmp_path, env=env)
     assert f"results in {location}" in out, out[-3000:]
     assert not (tmp_path / "runs").exists()          # nothing relative to the current folder
     held = _objects(s3_endpoint, "runs/s3exp")
