@@ -322,7 +322,7 @@ search:
   label_smoothing: {{type: uniform, low: 0.0, high: 0.2}}
   optimizer: {{type: choice, values: [sgd, adamw]}}
 """
-DIGITS_WIDTH = 0.25   # a narrower net than quickstart's 0.5: eight seeds of five searches fit the time
+DIGITS_WIDTH = 0.25   # a narrower net than quickstart's 1.0: eight seeds of five searches fit the time
 
 
 def digits_objective(base: dict[str, Any]) -> Callable:
