@@ -162,3 +162,10 @@ search:
     metrics = json.loads((tmp_path / "best" / "metrics.json").read_text())
     assert metrics["trial_id"] in {t["trial_id"] for t in rows} and 0 <= metrics["val_acc"] <= 1
     assert (tmp_path / "best" / "checkpoint.pt").stat().st_size > 0
+
+
+def test_status_of_a_uri_with_no_experiment_says_so(s3_endpoint, tmp_path):
+    _make_bucket(s3_endpoint)
+    r = _cli(["status", _uri(s3_endpoint, "runs/never")], tmp_path, tmp_path / "tc", timeout=120)
+    assert r.returncode == 2 and "not an experiment" in r.stderr and "tuner-experiment.yaml" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr, r.stderr
