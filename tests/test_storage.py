@@ -169,3 +169,26 @@ def test_status_of_a_uri_with_no_experiment_says_so(s3_endpoint, tmp_path):
     r = _cli(["status", _uri(s3_endpoint, "runs/never")], tmp_path, tmp_path / "tc", timeout=120)
     assert r.returncode == 2 and "not an experiment" in r.stderr and "tuner-experiment.yaml" in r.stderr, r.stderr
     assert "Traceback" not in r.stderr, r.stderr
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(300)
+def test_a_ddp_trial_checkpoints_to_the_bucket_and_exports_from_it(ray_address, s3_endpoint, tmp_path):
+    _make_bucket(s3_endpoint)
+    location = _uri(s3_endpoint, "runs/s3ddp")
+    spec = tmp_path / "s3ddp.yaml"
+    spec.write_text(f"""
+name: s3ddp
+storage_path: "{_uri(s3_endpoint, 'runs')}"
+budget: {{num_samples: 1, max_epochs: 2, grace_epochs: 2}}
+resources: {{workers: 2, cpus_per_worker: 1}}
+train: {{dataset: digits, cache_dir: {tmp_path / 'cache'}, width: 0.25, flip: false, crop_padding: 1,
+         max_steps_per_epoch: 2, lr: 0.05}}
+""")
+    r = _cli(["run", str(spec), "--address", ray_address], tmp_path, tmp_path / "driver-cache")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    held = _objects(s3_endpoint, "runs/s3ddp")
+    assert any(o.startswith("train-runs/") and o.endswith("checkpoint.pt") for o in held), held
+    e = _cli(["export", location, "--out", str(tmp_path / "best")], tmp_path, tmp_path / "cache-export")
+    assert e.returncode == 0, e.stdout + e.stderr
+    assert (tmp_path / "best" / "checkpoint.pt").stat().st_size > 0
