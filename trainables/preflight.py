@@ -11,7 +11,7 @@ import shutil
 import uuid
 from pathlib import Path
 
-from .storage import is_uri, parent_and_name, read_bytes, writable_problem
+from .storage import first_line, is_uri, parent_and_name, read_bytes, writable_problem
 
 MIN_FREE_BYTES = 1 << 30  # 1 GiB free under each folder a run writes (checkpoints, caches)
 
@@ -44,7 +44,10 @@ def folder_problem(name: str, path: str | os.PathLike, min_free: int = MIN_FREE_
     """Why the folder `name` (a setting) at `path` cannot be written, or None.
 
     Checked by behaviour, not by permission bits (root ignores those): a marker file is
-    written, read back and removed in the folder's nearest existing ancestor."""
+    written, read back and removed in the folder's nearest existing ancestor (for a cloud URI,
+    in the URI itself)."""
+    if is_uri(path):
+        return writable_problem(name, str(path))
     path = Path(path).expanduser()
     blocker = _blocker(path)
     if blocker is not None:
@@ -139,13 +142,12 @@ def _uri_problems(marker: str, token: str) -> list[str]:
     try:
         seen = read_bytes(marker).decode()
     except Exception as e:  # noqa: BLE001 - pyarrow's errors for a missing object, bad credentials, no route
-        why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        return [f"cannot read {marker} ({why}): this node cannot reach the run's storage; give every node the "
+        return [f"cannot read {marker} ({first_line(e)}): this node cannot reach the run's storage; give every node the "
                 "same credentials (instance profile / service account) and network access to it"]
     if seen != token:
         return [f"{marker} holds another run's token: this node reads a different store; give every node the "
                 "driver's storage settings"]
-    trouble = writable_problem("storage_path", parent_and_name(marker)[0])
+    trouble = folder_problem("storage_path", parent_and_name(marker)[0], min_free=0)
     return [trouble] if trouble else []
 
 

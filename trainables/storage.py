@@ -30,12 +30,9 @@ def join(base: str | os.PathLike, *parts: str) -> str:
     return "/".join([head, *parts]) + query
 
 
-def parent_and_name(path: str) -> tuple[str, str]:
-    """('s3://b/runs?q', 'exp') for 's3://b/runs/exp?q'; a local path's parent and name."""
-    if not is_uri(path):
-        p = Path(path).expanduser().resolve()
-        return str(p.parent), p.name
-    head, query = _split(path)
+def parent_and_name(uri: str) -> tuple[str, str]:
+    """('s3://b/runs?q', 'exp') for 's3://b/runs/exp?q'."""
+    head, query = _split(uri)
     parent, _, name = head.rpartition("/")
     return parent + query, name
 
@@ -115,6 +112,12 @@ def download(uri: str, dest: Path, keep: Callable[[str], bool] = lambda rel: Tru
     return copied
 
 
+def first_line(e: Exception) -> str:
+    """An error's first line (pyarrow's carry the service's whole answer), or its type."""
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
 def writable_problem(name: str, uri: str) -> str | None:
     """Why the URI `name` (a setting) cannot be written and read back here, or None: judged
     by a marker written, read back and deleted."""
@@ -125,8 +128,7 @@ def writable_problem(name: str, uri: str) -> str | None:
         ok = read_bytes(marker) == b"ok"
         remove(marker)
     except Exception as e:  # noqa: BLE001 - pyarrow raises OSError subclasses and ArrowInvalid for bad URIs
-        why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        return (f"{name}: {uri!r} cannot be written from here ({why}); check the bucket name, the credentials "
+        return (f"{name}: {uri!r} cannot be written from here ({first_line(e)}); check the bucket name, the credentials "
                 "(AWS_* / GOOGLE_APPLICATION_CREDENTIALS, or the node's instance profile / service account) "
                 "and the endpoint")
     if not ok:

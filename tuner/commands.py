@@ -3,8 +3,8 @@ clear message and a non-zero exit, never a traceback."""
 from __future__ import annotations
 
 import json
-import shlex
 import logging
+import shlex
 import sys
 from pathlib import Path
 from typing import Any

@@ -90,14 +90,10 @@ def _fit(exp: Experiment, tuner, session_dir: str | None):
 
 def preflight(exp: Experiment) -> None:
     """The folders the run writes are usable: checked before Ray starts or a folder is made."""
-    folders = {"train.cache_dir": exp.base_config()["cache_dir"]}
+    folders = {"storage_path": exp.storage_path if exp.remote else exp.exp_dir.parent,
+               "train.cache_dir": exp.base_config()["cache_dir"]}
     if exp.remote:
-        problem = storage.writable_problem("storage_path", exp.storage_path)
-        if problem:
-            raise PreflightError(f"preflight failed, nothing was started:\n  - {problem}")
         folders["the local copy of the experiment"] = exp.exp_dir.parent
-    else:
-        folders["storage_path"] = exp.exp_dir.parent
     check_folders(folders)
 
 
@@ -421,7 +417,7 @@ def _load_remote(location: str, journal: bool) -> Experiment:
         raise ExperimentError(location, [f"not an experiment: {storage.join(location, EXPERIMENT_FILE)} is missing "
                                          "(give the location that `tuner run` printed)"]) from None
     except Exception as e:  # noqa: BLE001 - pyarrow: credentials, endpoint, bad URI
-        raise ExperimentError(location, [f"cannot read it: {str(e).strip().splitlines()[0]}; check the URI and "
+        raise ExperimentError(location, [f"cannot read it: {storage.first_line(e)}; check the URI and "
                                          "the credentials"]) from None
     exp = parse(text, storage.join(location, EXPERIMENT_FILE))
     exp = exp.model_copy(update={"storage_path": parent, "name": name})
