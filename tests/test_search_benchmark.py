@@ -83,3 +83,30 @@ def test_smoke_run_compares_every_peer_and_ends_with_its_bench_line(ray_address)
         else:
             assert bench[name]["no_peer_better"] == all(table[w]["paired_vs_ours"][1] <= 0 for w in peers)
     assert bench["met"] == (bench["hartmann"]["met"] and bench["digits"]["met"])
+
+
+def test_the_screen_replays_tunes_asha_with_two_trials_in_flight():
+    import search_screen
+    from tuner.config import Budget
+    budget = Budget(num_samples=12, max_epochs=9, grace_epochs=1, reduction_factor=3)
+    for who in ("ours", "random"):
+        rows = search_screen.replay(who, 0, budget)
+        epochs: dict[str, list[int]] = {}
+        for tid, e, value, f in rows:
+            epochs.setdefault(tid, []).append(e)
+            assert value >= f and (e < 9 or value == f)    # the bias flatters early epochs, none at E
+        assert len(epochs) == 12
+        for tid, es in epochs.items():
+            assert es == list(range(1, len(es) + 1)) and len(es) in (1, 3, 9), (who, tid, es)   # stopped at a rung or finished
+        assert len(epochs["t0000"]) == 9            # the first arrival at every rung goes through unjudged
+        assert 12 < len(rows) < 12 * 9              # some were cut, some promoted
+        # Never more than two trials in flight: a trial starts only after another has ended.
+        live, most = set(), 0
+        for tid, e, _, _ in rows:
+            live.add(tid)
+            most = max(most, len(live))
+            if len(epochs[tid]) == e:
+                live.discard(tid)
+        assert most <= 2
+    # The same seed and searcher replay to the same rows: no scheduling noise.
+    assert search_screen.replay("ours", 3, budget) == search_screen.replay("ours", 3, budget)

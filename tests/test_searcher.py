@@ -41,6 +41,36 @@ def test_stopped_finished_and_diverged_trials_are_told_apart():
     assert all(not (isinstance(v, float) and math.isnan(v)) for tr in t.values() for v in tr.intermediate_values.values())
 
 
+def test_trials_asha_let_through_a_rung_unjudged_are_told_only_up_to_it():
+    # Asynchronous ASHA promotes the first arrivals at a rung before eta - 1 others are there to
+    # compare with; with `rungs`, those trials are told PRUNED at that rung, the others as before.
+    s = FidelityOptunaSearch(metric="val_acc", mode="max", seed=0, max_epochs=3, rungs=(1,), eta=3)
+    s.set_search_properties(None, None, {"lr": tune.loguniform(1e-3, 1.0)})
+    run(s, "a", 3)                                   # first at epoch 1: through unjudged
+    run(s, "b", 1, value=lambda e: 0.05)             # second: one to compare with (ASHA stopped it)
+    run(s, "c", 3, value=lambda e: 0.2 * e)          # third: compared with two, then finished
+    t = states(s)
+    assert t[0].state == TrialState.PRUNED and t[0].intermediate_values == {1: 0.1}
+    assert t[1].state == TrialState.PRUNED and t[1].intermediate_values == {1: 0.05}
+    assert t[2].state == TrialState.COMPLETE and math.isclose(t[2].value, 0.6)
+    assert sorted(t[2].intermediate_values) == [1, 2, 3]
+    assert s.rung_seen == {1: 3} and s.unjudged == {}
+    # Without rungs (the default), a finished trial is COMPLETE whatever its place at the rung.
+    plain = searcher()
+    run(plain, "a", 3)
+    assert states(plain)[0].state == TrialState.COMPLETE
+
+
+def test_the_searchers_rungs_are_the_schedulers():
+    from tuner.config import Budget
+    from tuner.run import asha
+    from tuner.searcher import asha_rungs
+    for grace, top, eta in ((1, 9, 3), (1, 15, 3), (2, 9, 3), (1, 8, 2), (3, 27, 3)):
+        budget = Budget(num_samples=8, max_epochs=top, grace_epochs=grace, reduction_factor=eta)
+        tune_rungs = sorted(m for m, _ in asha(budget, "val_acc", "max")._brackets[0]._rungs if m < top)
+        assert list(asha_rungs(budget)) == tune_rungs, (grace, top, eta)
+
+
 def test_multi_objective_study_prunes_without_intermediate_values():
     s = searcher(metric=["val_acc", "epoch_s"], mode=["max", "min"])
     run(s, "a", 1)

@@ -58,15 +58,25 @@ class TopFraction:
 def make_searcher(search: dict, metric: str | list[str], mode: str | list[str], seed: int | None, budget,
                   storage: optuna.storages.BaseStorage | None = None, study_name: str | None = None,
                   startup_fraction: float | None = None, gamma_fraction: float | None = None,
-                  **tpe: Any) -> "FidelityOptunaSearch":
+                  earned: bool = False, **tpe: Any) -> "FidelityOptunaSearch":
     """The searcher of a run: fidelity-aware TPE over the experiment's (define-by-run) space.
-    startup_fraction, gamma_fraction and `tpe` (TPESampler settings) are the benchmark's levers."""
+    startup_fraction, gamma_fraction, earned and `tpe` (TPESampler settings) are the benchmark's levers."""
     from .space import SearchSpace
     if gamma_fraction:
         tpe["gamma"] = TopFraction(gamma_fraction)
     sampler = tpe_sampler(seed, n_startup_trials=startup_trials(budget.num_samples, startup_fraction), **tpe)
     return FidelityOptunaSearch(space=SearchSpace(search), metric=metric, mode=mode, sampler=sampler,
-                                storage=storage, study_name=study_name, max_epochs=budget.max_epochs)
+                                storage=storage, study_name=study_name, max_epochs=budget.max_epochs,
+                                rungs=asha_rungs(budget) if earned else (), eta=budget.reduction_factor)
+
+
+def asha_rungs(budget) -> tuple[int, ...]:
+    """The epochs where ASHA compares trials (grace * eta^k below max_epochs)."""
+    out, r = [], budget.grace_epochs
+    while r < budget.max_epochs:
+        out.append(math.ceil(r))   # ASHA records a trial at the first epoch >= the milestone
+        r *= budget.reduction_factor
+    return tuple(out)
 
 
 def tpe_sampler(seed: int | None, **settings: Any) -> optuna.samplers.TPESampler:
@@ -83,9 +93,17 @@ def _finite(v: Any) -> bool:
 
 
 class FidelityOptunaSearch(OptunaSearch):
-    def __init__(self, *args: Any, max_epochs: int, **kwargs: Any):
+    """rungs (ASHA's comparison epochs), when given: a trial that passed a rung before eta - 1
+    others had reached it (asynchronous ASHA lets the first arrivals through unjudged) is told
+    to Optuna only up to that rung, as PRUNED there, so that TPE does not rank it above trials
+    that were compared."""
+
+    def __init__(self, *args: Any, max_epochs: int, rungs: tuple[int, ...] = (), eta: float = 3, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.max_epochs = max_epochs
+        self.rungs, self.eta = tuple(rungs), eta
+        self.rung_seen: dict[int, int] = {}      # rung -> trials that reported there
+        self.unjudged: dict[str, int] = {}       # trial -> the first rung it reached unjudged
         self.last_results: dict[str, dict] = {}
         self.reported: dict[str, set[int]] = {}
         # For cloud storage: the local journal, copied beside each snapshot so that Tune
@@ -141,9 +159,16 @@ class FidelityOptunaSearch(OptunaSearch):
         if result.get("status", "ok") != "ok" or not _finite(value) or epoch is None:
             return
         steps = self.reported.setdefault(trial_id, set())
-        if int(epoch) not in steps:  # a resumed trial may repeat an epoch; Optuna warns on repeats
-            self._ot_trials[trial_id].report(float(value), step=int(epoch))
-            steps.add(int(epoch))
+        epoch, unjudged = int(epoch), getattr(self, "unjudged", {})
+        if epoch in getattr(self, "rungs", ()) and epoch not in steps:
+            seen = self.rung_seen.get(epoch, 0)
+            self.rung_seen[epoch] = seen + 1
+            if seen < self.eta - 1 and trial_id not in unjudged:
+                unjudged[trial_id] = epoch
+        if epoch in steps or epoch > unjudged.get(trial_id, epoch):
+            return  # a resumed trial may repeat an epoch (Optuna warns on repeats)
+        self._ot_trials[trial_id].report(float(value), step=epoch)
+        steps.add(epoch)
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
         if trial_id in self._completed_trials or trial_id not in self._ot_trials:
@@ -156,7 +181,7 @@ class FidelityOptunaSearch(OptunaSearch):
         status = result.get("status", "ok")
         if error or status != "ok" or not all(_finite(v) for v in values):
             state, told = TrialState.FAIL, None
-        elif int(result.get("epoch", 0)) < self.max_epochs:
+        elif int(result.get("epoch", 0)) < self.max_epochs or trial_id in getattr(self, "unjudged", {}):
             state, told = TrialState.PRUNED, None
         else:
             state, told = TrialState.COMPLETE, (values if isinstance(self._metric, list) else values[0])
@@ -167,3 +192,4 @@ class FidelityOptunaSearch(OptunaSearch):
         self._completed_trials.add(trial_id)
         self.last_results.pop(trial_id, None)
         self.reported.pop(trial_id, None)
+        getattr(self, "unjudged", {}).pop(trial_id, None)
