@@ -167,3 +167,30 @@ def test_group_writable_state_is_trusted_only_for_the_users_private_group(tmp_pa
     else:
         with pytest.raises(ExperimentError, match="writable by group or others"):
             load_saved(exp_dir)
+
+
+@pytest.mark.timeout(120)
+def test_a_node_that_leaves_during_the_node_check_is_skipped_and_one_still_listed_is_named(ray_address, tmp_path,
+                                                                                           monkeypatch):
+    # A node removed (or preempted) between the listing of alive nodes and its check is no
+    # preflight failure: its pinned task cannot be scheduled, and the node is gone by then.
+    import ray
+
+    from trainables.preflight import PreflightError
+    from tuner.run import NodeCheck
+    (tmp_path / "runs").mkdir()
+    check = NodeCheck(parse(f"name: leaving\nstorage_path: {tmp_path / 'runs'}\n"))
+    real = ray.nodes()
+    ghost = {"NodeID": "ab" * 28, "Alive": True, "NodeManagerAddress": "10.9.9.9", "Resources": {}}
+    listings = []
+
+    def nodes():
+        listings.append(1)
+        return real + [ghost] if len(listings) == 1 else real    # gone when its check fails
+    monkeypatch.setattr(ray, "nodes", nodes)
+    check.check_nodes(timeout_s=60)
+    assert len(listings) == 2                                     # the check asked again before skipping it
+    # Still listed alive, yet its check cannot run: one error naming it.
+    monkeypatch.setattr(ray, "nodes", lambda: real + [ghost])
+    with pytest.raises(PreflightError, match=r"node 10\.9\.9\.9 \(abababababab\): the check could not run there"):
+        check.check_nodes(timeout_s=60)

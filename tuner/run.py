@@ -133,7 +133,15 @@ class NodeCheck:
             if ref not in ready:
                 problems.append(f"{where}: did not answer within {timeout_s:g} s")
                 continue
-            problems += [f"{where}: {p}" for p in ray.get(ref)]
+            try:
+                found = ray.get(ref)
+            except ray.exceptions.RayError as e:
+                if not any(m["NodeID"] == n["NodeID"] and m["Alive"] for m in ray.nodes()):
+                    # Removed or preempted between the listing and its check: nothing runs there.
+                    logging.getLogger(__name__).warning("%s left the cluster during the preflight; not checked", where)
+                    continue
+                found = [f"the check could not run there ({storage.first_line(e)})"]
+            problems += [f"{where}: {p}" for p in found]
         if problems:
             raise PreflightError("preflight failed on the cluster, no trial was started:\n"
                                  + "\n".join(f"  - {p}" for p in problems))
