@@ -166,7 +166,7 @@ class FidelityOptunaSearch(OptunaSearch):
             if seen < self.eta - 1 and trial_id not in unjudged:
                 unjudged[trial_id] = epoch
         if epoch in steps or epoch > unjudged.get(trial_id, epoch):
-            return  # a resumed trial may repeat an epoch (Optuna warns on repeats)
+            return  # a repeat (a resumed trial; Optuna warns on those) or past a rung passed unjudged
         self._ot_trials[trial_id].report(float(value), step=epoch)
         steps.add(epoch)
 
