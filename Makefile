@@ -31,7 +31,7 @@ demo: $(STAMP)
 
 # The whole suite; every test has a timeout (pyproject), Ray tests included.
 test: $(STAMP) $(BROWSER)
-	$(PY) -m pytest -q -p no:cacheprovider --timeout=300
+	$(PY) -m pytest -q -p no:cacheprovider --timeout=300 --durations=15
 
 clean:
 	rm -rf $(VENV) build *.egg-info
