@@ -83,8 +83,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "ours_s33": {"startup_fraction": 0.33},
     "ours_s15": {"startup_fraction": 0.15},      # 5 of 32
     "ours_g25": {"gamma_fraction": 0.25},        # TPE's good set: the top 25 % (Optuna: 10 %)
-    "ours_cond": {"space": "conditional"},
-    "ours_earned": {"earned": True},             # trials ASHA let through a rung unjudged told PRUNED there       # digits: each optimizer with its own lr range (CONDITIONAL)
+    "ours_cond": {"space": "conditional"},       # digits: each optimizer with its own lr range (CONDITIONAL)
+    "ours_earned": {"earned": True},             # trials ASHA let through a rung unjudged told PRUNED there
 }
 # The digits space with branches: SGD's learning rates and AdamW's are searched apart.
 CONDITIONAL = """
@@ -166,6 +166,11 @@ class Log(tune.Callback):
                           float(result.get(self.truth, result[self.metric]))))
 
 
+def searcher_options(who: str) -> dict[str, Any]:
+    """make_searcher's settings for ours or one of its VARIANTS (the space is the workload's)."""
+    return {k: v for k, v in VARIANTS[who].items() if k != "space"}
+
+
 def tune_domain(e: SearchEntry):
     if e.type == "choice":
         return tune.choice(list(e.values))
@@ -179,8 +184,7 @@ def run_tune(who: str, trainable, search: dict[str, SearchEntry], fixed: dict[st
     log = Log(metric, truth)
     space = dict(fixed)
     if who.startswith("ours"):
-        opts = {k: v for k, v in VARIANTS[who].items() if k != "space"}
-        searcher, scheduler = make_searcher(search, metric, mode, seed, budget, **opts), asha(budget)
+        searcher, scheduler = make_searcher(search, metric, mode, seed, budget, **searcher_options(who)), asha(budget)
     else:
         space.update({k: tune_domain(e) for k, e in search.items()})
         scheduler = tune.schedulers.FIFOScheduler() if who == "fifo" else asha(budget)
@@ -358,14 +362,14 @@ def bench_digits(seeds: list[int], trials: int, epochs: int, storage: str, cache
     import torch
 
     from trainables.trainable import make_trainable
+    grace = min(grace, epochs)
     # Optuna's two threads train in this process: one torch thread each, as Ray gives a 1-CPU trial.
     torch.set_num_threads(1)
     exps: dict[int, tuple] = {}
 
     def one(who: str, seed: int) -> list[tuple]:
         if seed not in exps:
-            text = DIGITS.format(seed=seed, trials=trials, epochs=epochs, cache=cache, width=DIGITS_WIDTH,
-                                 grace=min(grace, epochs))
+            text = DIGITS.format(seed=seed, trials=trials, epochs=epochs, cache=cache, width=DIGITS_WIDTH, grace=grace)
             flat_lr = "  lr: {type: loguniform, low: 1.0e-2, high: 0.5}\n"
             cond = text.replace(flat_lr, "").replace("  optimizer: {type: choice, values: [sgd, adamw]}\n",
                                                      CONDITIONAL.format())
@@ -382,7 +386,7 @@ def bench_digits(seeds: list[int], trials: int, epochs: int, storage: str, cache
     table = {w: {"val_loss": interval(best[w]), "epochs": statistics.mean(len(r) for r in runs[w]),
                  "paired_vs_ours": None if w == "ours" else interval([a - b for a, b in zip(best["ours"], best[w])])}
              for w in searchers}
-    print(f"\ndigits convnet: {len(seeds)} seeds, {trials} trials, E={epochs}, ASHA grace {min(grace, epochs)} eta 3; "
+    print(f"\ndigits convnet: {len(seeds)} seeds, {trials} trials, E={epochs}, ASHA grace {grace} eta 3; "
           f"best val_loss at epoch {epochs}")
     print(f"{'searcher':14s} {'best val_loss':28s} {'trial-epochs':>12s}  ours - peer (paired)")
     for w in searchers:
@@ -394,7 +398,7 @@ def bench_digits(seeds: list[int], trials: int, epochs: int, storage: str, cache
     within_fifo = table["ours"]["val_loss"][0] <= fifo["val_loss"][2]
     print(f"ours uses {ratio:.1%} of FIFO's trial-epochs (target <= 40 %); mean best val_loss "
           f"{'within' if within_fifo else 'outside'} FIFO's interval")
-    return {"seeds": len(seeds), "trials": trials, "epochs": epochs, "grace": min(grace, epochs),
+    return {"seeds": len(seeds), "trials": trials, "epochs": epochs, "grace": grace,
             "epoch_ratio_vs_fifo": round(ratio, 4),
             "table": {w: {"val_loss": [round(x, 4) for x in t["val_loss"]], "epochs": round(t["epochs"], 1),
                           "paired_vs_ours": t["paired_vs_ours"] and [round(x, 4) for x in t["paired_vs_ours"]]}

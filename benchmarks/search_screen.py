@@ -40,8 +40,7 @@ class _Trial:          # what Tune's ASHA reads of a trial
 def searcher_for(who: str, seed: int, budget: Budget):
     from ray.tune.search.optuna import OptunaSearch
     if who.startswith("ours"):
-        opts = {k: v for k, v in se.VARIANTS[who].items() if k != "space"}
-        return make_searcher(se.H_SPACE, "value", "max", seed, budget, **opts)
+        return make_searcher(se.H_SPACE, "value", "max", seed, budget, **se.searcher_options(who))
     sampler = optuna.samplers.RandomSampler(seed=seed) if who == "random" else None
     s = OptunaSearch(seed=None if sampler else seed, sampler=sampler)
     s.set_search_properties("value", "max", {k: se.tune_domain(e) for k, e in se.H_SPACE.items()})
