@@ -280,3 +280,39 @@ def test_accelerator_needs_gpus_and_a_plain_name():
         parse("name: a\nresources: {accelerator: 'A100; rm', gpus_per_worker: 1}\n")
     exp = parse("name: a\nresources: {accelerator: A100, gpus_per_worker: 1, workers: 2, max_failures: 3}\n")
     assert exp.resources.max_failures == 3 and exp.resources.worker_failures == 1
+
+
+def test_ddp_ranks_start_in_the_trial_when_one_node_holds_them_else_on_ray_train(monkeypatch, tmp_path):
+    import ray
+
+    from tuner.run import AUTOSCALER_CONFIG_ENV, ClusterError, largest_need, resolve_ddp
+    from trainables.trainable import DRIVER_CPU
+    spec = "name: d\nresources: {workers: 2, cpus_per_worker: 2, gpus_per_worker: 1%s}\n"
+    exp = parse(spec % "")
+    assert exp.resources.ddp == "auto" and largest_need(exp) == {"CPU": 4 + DRIVER_CPU, "GPU": 2}
+    monkeypatch.setenv(AUTOSCALER_CONFIG_ENV, str(tmp_path / "none.yaml"))
+    two_gpu_node = [{"Alive": True, "Resources": {"CPU": 8.0, "GPU": 2.0}}]
+    one_gpu_nodes = [{"Alive": True, "Resources": {"CPU": 8.0, "GPU": 1.0}}] * 2
+    monkeypatch.setattr(ray, "nodes", lambda: two_gpu_node)
+    local = resolve_ddp(exp)
+    assert local.resources.ddp == "local" and exp.resources.ddp == "auto"     # what the user wrote is kept
+    assert largest_need(local) == {"CPU": 4.0, "GPU": 2.0}                      # one bundle, no Train driver
+    assert resolve_ddp(parse(spec % ", placement_strategy: STRICT_SPREAD")).resources.ddp == "train"
+    assert resolve_ddp(parse(spec % ", ddp: train")).resources.ddp == "train"
+    monkeypatch.setattr(ray, "nodes", lambda: one_gpu_nodes + [{"Alive": False, "Resources": {"CPU": 8.0, "GPU": 4.0}}])
+    assert resolve_ddp(exp).resources.ddp == "train"                            # ranks on two nodes: Ray Train
+    with pytest.raises(ClusterError, match=r"resources.ddp: local needs one node with 4 CPU, 2 GPU .*ddp: auto"):
+        resolve_ddp(parse(spec % ", ddp: local"))
+    # A node type the autoscaler can start counts as one that holds them.
+    (tmp_path / "auto.yaml").write_text("head_node_type: head\navailable_node_types:\n  head: {resources: {CPU: 2}}\n"
+                                        "  gpu2: {resources: {CPU: 16, GPU: 2}, max_workers: 2}\n")
+    monkeypatch.setenv(AUTOSCALER_CONFIG_ENV, str(tmp_path / "auto.yaml"))
+    assert resolve_ddp(exp).resources.ddp == "local"
+
+
+def test_local_ddp_cannot_spread_its_ranks():
+    with pytest.raises(ExperimentError) as e:
+        parse("name: d\nresources: {workers: 2, ddp: local, placement_strategy: STRICT_SPREAD}\n")
+    assert "resources.ddp: 'local' starts every rank on the trial's node" in str(e.value)
+    with pytest.raises(ExperimentError, match="resources.ddp"):
+        parse("name: d\nresources: {workers: 2, ddp: threads}\n")

@@ -192,7 +192,8 @@ def test_two_worker_ddp_trial_through_torchtrainer(ray_address, tmp_path, monkey
     D.load_arrays(DataConfig(dataset="cifar10", data_root=str(root), cache_dir=str(cache)))
     spec = Path(__file__).resolve().parents[1] / "search_spaces" / "cifar-smoke.yaml"
     r = _cli("run", str(spec), "--address", ray_address, "--set", f"train.data_root={root}",
-             "--set", f"train.cache_dir={cache}", "--set", f"storage_path={tmp_path / 'runs'}", timeout=540)
+             "--set", f"train.cache_dir={cache}", "--set", f"storage_path={tmp_path / 'runs'}",
+             "--set", "resources.ddp=train", timeout=540)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     exp_dir = tmp_path / "runs" / "cifar10-smoke"
     summary = json.loads((exp_dir / "summary.json").read_text())
@@ -345,8 +346,11 @@ def _kept(folder: Path) -> dict[int, str]:
     return out
 
 
-def _train_checkpoints(exp_dir: Path) -> dict[int, str]:
-    return {e: h for run in (exp_dir / "train-runs").glob("train-*") for e, h in _kept(run).items()}
+def _ddp_checkpoints(exp_dir: Path) -> dict[int, str]:
+    """A DDP trial's kept checkpoints: in its trial folder (ranks started by the trial), or in
+    its Train run's folder (Ray Train)."""
+    runs = [*(exp_dir / "train-runs").glob("train-*"), *exp_dir.glob("trial_*")]
+    return {e: h for run in runs for e, h in _kept(run).items()}
 
 
 def _assert_keeps_the_best_two_and_the_latest(rows: list[dict], kept: set[int]) -> None:
@@ -358,29 +362,29 @@ def _assert_keeps_the_best_two_and_the_latest(rows: list[dict], kept: set[int]) 
 
 
 @pytest.mark.timeout(600)
-def test_a_killed_train_worker_and_a_ctrl_c_both_resume_the_ddp_trial_from_its_last_checkpoint(ray_address,
-                                                                                              tmp_path):
-    # One DDP experiment for two faults: a Train worker killed before epoch 3, then Ctrl-C
-    # before epoch 4 and `resume`.
+def test_a_killed_rank_and_a_ctrl_c_both_resume_the_ddp_trial_from_its_last_checkpoint(ray_address, tmp_path):
+    # One DDP experiment (its ranks started by the trial: resources.ddp auto on one node) for
+    # two faults: rank 1 killed before epoch 3, then Ctrl-C before epoch 4 and `resume`.
     spec, faults = _fault_spec(tmp_path, "ddp-resumable", seed=1, samples=1, epochs=5, workers=2, hold_epoch=3)
     exp_dir = tmp_path / "runs" / "ddp-resumable"
     proc = _start_run(spec, ray_address)
     try:
         _wait_until(proc, _held_at(exp_dir, 3))
-        saved = _wait_until(proc, lambda: _train_checkpoints(exp_dir).get(2))
+        saved = _wait_until(proc, lambda: _ddp_checkpoints(exp_dir).get(2))
         victim = int((faults / "rank1.pid").read_text())
-        os.kill(victim, signal.SIGKILL)  # rank 1 of the Train worker group, waiting before epoch 3
+        os.kill(victim, signal.SIGKILL)  # rank 1, waiting before epoch 3
         # The restarted group writes new pid files; only then may epoch 3 start.
         _wait_until(proc, lambda: int((faults / "rank1.pid").read_text()) != victim)
         (faults / "hold").write_text("4")
         _wait_until(proc, _held_at(exp_dir, 4), show=lambda: (
-            f"epochs {_epochs_by_trial(exp_dir)}, Train checkpoints {sorted(_train_checkpoints(exp_dir))}, "
+            f"epochs {_epochs_by_trial(exp_dir)}, checkpoints {sorted(_ddp_checkpoints(exp_dir))}, "
             f"fault files {sorted(p.name for p in faults.iterdir())}"))
         out, took = _interrupt(proc)
     finally:
         proc.kill()
+    assert "resources.ddp: local" in out and not (exp_dir / "train-runs").exists(), out[-2000:]
     (rows,) = _rows_by_trial(exp_dir).values()
-    # No epoch reported twice; the first one after the worker restart follows the last
+    # No epoch reported twice; the first one after the rank restart follows the last
     # checkpoint, and the weights it started from are the ones that checkpoint saved.
     assert [r["epoch"] for r in rows] == [1, 2, 3] and took < 60, ([r["epoch"] for r in rows], took, out[-2000:])
     assert rows[1]["resumed_from_epoch"] == 0
@@ -389,12 +393,12 @@ def test_a_killed_train_worker_and_a_ctrl_c_both_resume_the_ddp_trial_from_its_l
     r = _cli("resume", str(exp_dir), "--address", ray_address, timeout=400)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     (rows,) = _rows_by_trial(exp_dir).values()
-    # After the resume the Train run goes on from its own latest checkpoint (epoch 3).
+    # After the resume the trial goes on from its latest checkpoint (epoch 3).
     assert [(r["epoch"], r["resumed_from_epoch"]) for r in rows] == [(1, 0), (2, 0), (3, 2), (4, 3), (5, 3)], \
         [(r["epoch"], r["resumed_from_epoch"]) for r in rows]
     assert rows[-1]["status"] == "ok"
-    # The Train run keeps its best two checkpoints by the metric and its latest, not one per epoch.
-    _assert_keeps_the_best_two_and_the_latest(rows, set(_train_checkpoints(exp_dir)))
+    # The trial keeps its best two checkpoints by the metric and its latest, not one per epoch.
+    _assert_keeps_the_best_two_and_the_latest(rows, set(_ddp_checkpoints(exp_dir)))
 
 
 ALL_DIVERGE_DDP = """

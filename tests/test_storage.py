@@ -181,7 +181,7 @@ def test_a_ddp_trial_checkpoints_to_the_bucket_and_exports_from_it(ray_address, 
 name: s3ddp
 storage_path: "{_uri(s3_endpoint, 'runs')}"
 budget: {{num_samples: 1, max_epochs: 2, grace_epochs: 2}}
-resources: {{workers: 2, cpus_per_worker: 1}}
+resources: {{workers: 2, cpus_per_worker: 1, ddp: train}}
 train: {{dataset: digits, cache_dir: {tmp_path / 'cache'}, width: 0.25, flip: false, crop_padding: 1,
          max_steps_per_epoch: 2, lr: 0.05}}
 """)

@@ -11,12 +11,14 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 
 def pick_device(want: str = "auto", local_rank: int = 0) -> torch.device:
+    import torch
     if want == "cpu" or (want == "auto" and not torch.cuda.is_available()):
         return torch.device("cpu")
     return torch.device("cuda", local_rank % max(torch.cuda.device_count(), 1))
@@ -25,7 +27,7 @@ def pick_device(want: str = "auto", local_rank: int = 0) -> torch.device:
 class Session:
     rank: int = 0
     world_size: int = 1
-    device: torch.device = torch.device("cpu")
+    device: torch.device   # set by each session
 
     def report(self, metrics: dict[str, Any], checkpoint_dir: str | None = None) -> None:
         raise NotImplementedError
@@ -73,11 +75,12 @@ def where() -> dict[str, str]:
 
 
 class PlainSession(Session):
-    """No Ray: keeps every report, and copies checkpoints under `storage` when given."""
+    """No Ray: keeps every report, and copies checkpoints under `storage` (a temp folder when
+    not given)."""
 
     def __init__(self, device: str | torch.device = "auto", resume_from: str | None = None,
                  storage: str | None = None):
-        self.device = device if isinstance(device, torch.device) else pick_device(device)
+        self.device = pick_device(device) if isinstance(device, str) else device
         self.resume_from = resume_from
         self.storage = Path(storage) if storage else None  # a temp folder on the first checkpoint
         self.reports: list[dict[str, Any]] = []
@@ -93,17 +96,22 @@ class PlainSession(Session):
             self.checkpoints.append(str(dest))
 
     def get_checkpoint(self):
-        return self.resume_from
+        """Its newest checkpoint (as Tune's session gives), else the one it was given."""
+        return self.checkpoints[-1] if self.checkpoints else self.resume_from
 
     def earlier_checkpoints(self):
+        if self.checkpoints:
+            return self.checkpoints[-2::-1]
         return kept_beside(self.resume_from)
 
 
 class TuneSession(Session):
-    """A one-worker trial running inside the Tune trial process (no TorchTrainer)."""
+    """A one-worker trial running inside the Tune trial process (no TorchTrainer); with no
+    device, the trial whose ranks train in their own processes and report through it."""
 
-    def __init__(self, device: str = "auto"):
-        self.device = pick_device(device)
+    def __init__(self, device: str | None = "auto"):
+        if device is not None:
+            self.device = pick_device(device)
 
     def report(self, metrics, checkpoint_dir=None):
         from ray import tune
@@ -144,3 +152,28 @@ class TrainSession(Session):
         import ray.train
         ckpt = ray.train.get_checkpoint()
         return kept_beside(ckpt.path if ckpt is not None else None)
+
+
+class RankSession(Session):
+    """A DDP rank the trial started on its own node (trainables/ranks.py): rank 0 hands each
+    report to the trial and waits until the trial has passed it (and its checkpoint) to Tune;
+    the other ranks' reports go nowhere, as Ray Train forwards only rank 0's."""
+
+    def __init__(self, rank: int, world_size: int, device: str, conn, resume_from: str | None = None,
+                 earlier: list[str] | None = None):
+        self.rank, self.world_size = rank, world_size
+        self.device = pick_device(device, rank)
+        self.conn = conn
+        self.resume_from = resume_from
+        self.earlier = list(earlier or [])
+
+    def report(self, metrics, checkpoint_dir=None):
+        if self.rank == 0:
+            self.conn.send(("report", dict(metrics), checkpoint_dir))
+            self.conn.recv()
+
+    def get_checkpoint(self):
+        return self.resume_from
+
+    def earlier_checkpoints(self):
+        return self.earlier

@@ -1,5 +1,6 @@
-"""The Tune trainable: train_loop in the trial itself for one worker, under a Ray Train
-TorchTrainer for two or more.  Both report the same metrics and checkpoints."""
+"""The Tune trainable: train_loop in the trial itself for one worker; for two or more, ranks
+the trial starts on its own node (trainables/ranks.py, when they fit one node) or a Ray Train
+TorchTrainer (ranks on any nodes).  All of them report the same metrics and checkpoints."""
 from __future__ import annotations
 
 import os
@@ -48,13 +49,22 @@ def trial_resources(workers: int, cpus_per_worker: float, gpus_per_worker: float
     return total
 
 
+def local_resources(workers: int, cpus_per_worker: float, gpus_per_worker: float,
+                    config: dict[str, Any] | None = None, accelerator: str = "") -> dict[str, float]:
+    """What a trial whose ranks run on its own node reserves: every rank's share, in one bundle
+    (one node; the trial's process gets all of its GPUs and passes one to each rank)."""
+    one = worker_resources(config or {}, cpus_per_worker, gpus_per_worker, accelerator)
+    return {k: v * workers for k, v in one.items()}
+
+
 def make_trainable(workers: int, cpus_per_worker: float, gpus_per_worker: float, train_storage: str,
                    controller_failure_limit: int = 2, worker_failures: int = 1,
                    keep_by: tuple[str, str] = ("val_acc", "max"), accelerator: str = "",
-                   placement_strategy: str = "PACK") -> Callable:
+                   placement_strategy: str = "PACK", ddp: str = "train") -> Callable:
     """A Tune function trainable whose reservation follows each trial's config (see
-    worker_resources); a Train run keeps its KEEP_BEST best checkpoints by keep_by (metric,
-    mode) and its latest."""
+    worker_resources).  ddp "local": the ranks are processes of the trial, restarted up to
+    worker_failures times; "train": a TorchTrainer, whose run keeps its KEEP_BEST best
+    checkpoints by keep_by (metric, mode) and its latest."""
     from ray import tune
     from ray.tune.execution.placement_groups import PlacementGroupFactory
 
@@ -67,6 +77,19 @@ def make_trainable(workers: int, cpus_per_worker: float, gpus_per_worker: float,
             train_loop(with_model_board(training_settings(config)), TuneSession(config.get("device", "auto")))
         return tune.with_resources(trainable, lambda config: PlacementGroupFactory(
             [worker_resources(config, cpus_per_worker, gpus_per_worker, accelerator)]))
+
+    if ddp == "local":
+        def trainable(config: dict[str, Any]) -> None:
+            from .preflight import trial_node_check
+            from .ranks import rank_threads, run_ranks
+            from .session import TuneSession
+            trial_node_check()
+            settings = with_model_board(training_settings(config))
+            job = {"config": settings, "device": settings.get("device", "auto"),
+                   "threads": rank_threads(worker_cpus(settings, cpus_per_worker))}
+            run_ranks(workers, job, TuneSession(device=None), restarts=worker_failures)
+        return tune.with_resources(trainable, lambda config: PlacementGroupFactory(
+            [local_resources(workers, cpus_per_worker, gpus_per_worker, config, accelerator)]))
 
     def trainable(config: dict[str, Any]) -> None:
         _fit_ddp(with_model_board(training_settings(config)), workers, cpus_per_worker, gpus_per_worker, train_storage,

@@ -82,6 +82,10 @@ class Resources(BaseModel):
     # Where a DDP trial's workers go; PACK (fewest nodes) is right for training. STRICT_SPREAD
     # (one per node) is how the tests put ranks on different nodes.
     placement_strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = "PACK"
+    # How a DDP trial's ranks start: "local" = processes the trial starts on its own node
+    # (seconds), "train" = a Ray Train TorchTrainer (ranks on any nodes, ~14 s to start, the
+    # dashboard's Train view), "auto" = local when one node can hold all of a trial's ranks.
+    ddp: Literal["auto", "local", "train"] = "auto"
 
 
 class SearchEntry(BaseModel):
@@ -458,6 +462,9 @@ def _experiment_problems(exp: Experiment) -> list[str]:
     if exp.resources.workers > 1 and 0 < exp.resources.gpus_per_worker < 1:
         p.append(f"resources.gpus_per_worker: {exp.resources.gpus_per_worker} — a fraction of a GPU only works for "
                  "1-worker trials; use whole GPUs with DDP workers")
+    if exp.resources.ddp == "local" and exp.resources.placement_strategy in ("SPREAD", "STRICT_SPREAD"):
+        p.append(f"resources.ddp: 'local' starts every rank on the trial's node, but resources.placement_strategy "
+                 f"is {exp.resources.placement_strategy}; use ddp: train to spread the ranks, or PACK")
     if exp.second_objective and exp.second_objective.metric == exp.metric:
         p.append("second_objective.metric: must differ from metric")
     if exp.resources.accelerator and exp.resources.gpus_per_worker == 0:

@@ -13,7 +13,7 @@ import yaml
 
 from trainables import storage
 from trainables.preflight import MARKER, PREFLIGHT_ENV, PreflightError, check_folders
-from trainables.trainable import KEEP_BEST, make_trainable, trial_resources
+from trainables.trainable import KEEP_BEST, local_resources, make_trainable, trial_resources
 
 from . import local_ray
 from .config import Experiment, ExperimentError
@@ -160,8 +160,10 @@ def largest_need(exp: Experiment) -> dict[str, float]:
     for flat, _ in scenarios(exp.search):  # each branch of a conditional space on its own
         loaders = _candidates(flat["loader"]) if "loader" in flat else [base["loader"]]
         counts = _candidates(flat["num_workers"]) if "num_workers" in flat else [base["num_workers"]]
-        needs += [trial_resources(r.workers, r.cpus_per_worker, r.gpus_per_worker, {"loader": lo, "num_workers": n},
-                                  r.accelerator or "") for lo in loaders for n in counts]
+        # A trial whose ranks run on its own node needs no Train driver; unresolved "auto" counts one.
+        need_of = local_resources if r.workers > 1 and r.ddp == "local" else trial_resources
+        needs += [need_of(r.workers, r.cpus_per_worker, r.gpus_per_worker, {"loader": lo, "num_workers": n},
+                          r.accelerator or "") for lo in loaders for n in counts]
     return max(needs, key=lambda d: (d.get("GPU", 0.0), d["CPU"]))
 
 
@@ -234,12 +236,36 @@ def concurrency_for(exp: Experiment, echo: Callable[[str], None] = print) -> int
     return cap
 
 
+def resolve_ddp(exp: Experiment) -> Experiment:
+    """The experiment with `resources.ddp` decided for this cluster: "auto" becomes "local" when
+    one node (up now, or a type its autoscaler can start) holds all of a trial's ranks and the
+    placement strategy does not spread them, else "train".  "local" that no node can hold is
+    refused.  Connected to Ray; what the user wrote (and the saved YAML) keeps "auto"."""
+    r = exp.resources
+    if r.workers < 2 or r.ddp == "train":
+        return exp
+    local = exp.model_copy(update={"resources": r.model_copy(update={"ddp": "local"})})
+    train = exp.model_copy(update={"resources": r.model_copy(update={"ddp": "train"})})
+    if r.placement_strategy in ("SPREAD", "STRICT_SPREAD"):
+        return train
+    import ray
+    need = largest_need(local)
+    nodes = [n.get("Resources") or {} for n in ray.nodes() if n.get("Alive")] + list(node_types().values())
+    if any(all(res.get(k, 0.0) + 1e-9 >= v for k, v in need.items() if v > 0) for res in nodes):
+        return local
+    if r.ddp == "local":
+        raise ClusterError(f"resources.ddp: local needs one node with {', '.join(f'{v:g} {k}' for k, v in need.items())} "
+                           f"for a trial's {r.workers} ranks, and no node (nor node type) has that; use ddp: auto "
+                           "(Ray Train places the ranks on several nodes) or lower resources.*")
+    return train
+
+
 def ready_train_view(exp: Experiment) -> None:
     """DDP trials: start Ray Train's state actor (what the dashboard's Train view reads) before
     the first trial, and wait until it answers.  Left to the first trial, it starts while that
     trial runs, and the updates its controller queued for it are lost if Tune ends the trial
     first: the run then shows as SCHEDULING for ever."""
-    if exp.resources.workers < 2:
+    if exp.resources.workers < 2 or exp.resources.ddp == "local":
         return
     import ray
     try:
@@ -315,7 +341,8 @@ def trainable_for(exp: Experiment):
     r = exp.resources
     return make_trainable(r.workers, r.cpus_per_worker, r.gpus_per_worker, storage.join(exp.location, "train-runs"),
                           worker_failures=r.worker_failures, keep_by=(exp.metric, exp.mode),
-                          accelerator=r.accelerator or "", placement_strategy=r.placement_strategy)
+                          accelerator=r.accelerator or "", placement_strategy=r.placement_strategy,
+                          ddp="local" if r.ddp == "local" else "train")
 
 
 def _save_experiment(exp: Experiment) -> None:
@@ -452,13 +479,18 @@ def run_experiment(exp: Experiment, address: str | None = None, echo: Callable[[
     nodes = NodeCheck(exp)
     try:
         session_dir = connect(address, exp, echo, allow_no_auth, verbose, env=nodes.env)
+        asked, exp = exp, resolve_ddp(exp)
         concurrency = concurrency_for(exp, echo)   # a trial no node can ever hold: refused first
         nodes.check_nodes()
         ready_train_view(exp)
-        _save_experiment(exp)
+        _save_experiment(asked)
         echo(f"experiment {exp.name}: {exp.budget.num_samples} trials, up to {concurrency} at once, "
              f"ASHA over {exp.budget.max_epochs} epochs; results in {exp.location}")
         echo(f"watch: tensorboard --logdir {exp.location}")
+        if exp.resources.workers > 1:
+            echo(f"DDP: {exp.resources.workers} ranks per trial, " + (
+                "started by the trial on its node (resources.ddp: local)" if exp.resources.ddp == "local"
+                else "on Ray Train workers (resources.ddp: train)"))
         return summarize(exp, _fit(exp, build_tuner(exp, concurrency, verbose), session_dir))
     finally:
         nodes.remove()
@@ -480,6 +512,7 @@ def _resume(exp: Experiment, exp_dir, address, echo, allow_no_auth, verbose, nod
     import ray
     from ray import tune
     session_dir = connect(address, exp, echo, allow_no_auth, verbose, env=nodes.env)
+    exp = resolve_ddp(exp)
     concurrency_for(exp, echo)
     nodes.check_nodes()
     ready_train_view(exp)
