@@ -78,7 +78,7 @@ class Resources(BaseModel):
     gpus_per_worker: float = Field(0.0, ge=0)     # fractions allowed for 1-worker trials
     accelerator: Optional[str] = Field(None, pattern=r"^[A-Za-z0-9_-]+$")  # GPU type, e.g. A100 -> accelerator_type:A100
     max_failures: int = Field(1, ge=0)            # times Tune retries a failed trial (from its checkpoint)
-    worker_failures: int = Field(1, ge=0)         # times Ray Train restarts a DDP trial's worker group
+    worker_failures: int = Field(1, ge=0)         # times a DDP trial's ranks are restarted together
     # Where a DDP trial's workers go; PACK (fewest nodes) is right for training. STRICT_SPREAD
     # (one per node) is how the tests put ranks on different nodes.
     placement_strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = "PACK"
