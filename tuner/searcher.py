@@ -48,11 +48,11 @@ class TopFraction:
     """TPE's gamma as a fraction of the trials so far (a class, not a lambda: the sampler is
     pickled with the searcher's snapshot)."""
 
-    def __init__(self, fraction: float, cap: int = 25):
-        self.fraction, self.cap = fraction, cap
+    def __init__(self, fraction: float, cap: int = 25, floor: int = 1):
+        self.fraction, self.cap, self.floor = fraction, cap, floor
 
     def __call__(self, n: int) -> int:
-        return min(math.ceil(self.fraction * n), self.cap)
+        return min(max(math.ceil(self.fraction * n), self.floor), self.cap, n)
 
 
 def make_searcher(search: dict, metric: str | list[str], mode: str | list[str], seed: int | None, budget,
