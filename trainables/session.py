@@ -27,7 +27,14 @@ def pick_device(want: str = "auto", local_rank: int = 0) -> torch.device:
 class Session:
     rank: int = 0
     world_size: int = 1
-    device: torch.device   # set by each session
+    device: torch.device   # set by each session; the CPU when one does not (see __getattr__)
+
+    def __getattr__(self, name: str):
+        # Only reached when the attribute is missing: a session that sets no device trains on
+        # the CPU, without importing torch when this module is.
+        if name == "device":
+            return pick_device("cpu")
+        raise AttributeError(name)
 
     def report(self, metrics: dict[str, Any], checkpoint_dir: str | None = None) -> None:
         raise NotImplementedError
