@@ -40,19 +40,18 @@ def worker_resources(config: dict[str, Any], cpus_per_worker: float, gpus_per_wo
 
 def trial_resources(workers: int, cpus_per_worker: float, gpus_per_worker: float,
                     config: dict[str, Any] | None = None, accelerator: str = "") -> dict[str, float]:
-    """What one trial of this config takes from the cluster, in Ray's resource names."""
-    one = worker_resources(config or {}, cpus_per_worker, gpus_per_worker, accelerator)
-    if workers <= 1:
-        return one
-    total = {k: v * workers for k, v in one.items()}
-    total["CPU"] += DRIVER_CPU
+    """What one trial of this config takes from the cluster, in Ray's resource names, when its
+    ranks (two or more) run on Ray Train: theirs, plus the trial's own small share."""
+    total = local_resources(workers, cpus_per_worker, gpus_per_worker, config, accelerator)
+    if workers > 1:
+        total["CPU"] += DRIVER_CPU
     return total
 
 
 def local_resources(workers: int, cpus_per_worker: float, gpus_per_worker: float,
                     config: dict[str, Any] | None = None, accelerator: str = "") -> dict[str, float]:
-    """What a trial whose ranks run on its own node reserves: every rank's share, in one bundle
-    (one node; the trial's process gets all of its GPUs and passes one to each rank)."""
+    """What a trial whose ranks run in its own process(es) reserves: every rank's share, in one
+    bundle (one node; the trial's process gets all of its GPUs and passes one to each rank)."""
     one = worker_resources(config or {}, cpus_per_worker, gpus_per_worker, accelerator)
     return {k: v * workers for k, v in one.items()}
 
