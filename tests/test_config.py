@@ -1,4 +1,5 @@
 """The experiment schema: every shipped YAML validates; every bad input gets its message."""
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -316,3 +317,17 @@ def test_local_ddp_cannot_spread_its_ranks():
     assert "resources.ddp: 'local' starts every rank on the trial's node" in str(e.value)
     with pytest.raises(ExperimentError, match="resources.ddp"):
         parse("name: d\nresources: {workers: 2, ddp: threads}\n")
+
+
+def test_train_of_a_ddp_config_runs_its_ranks_without_ray(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"dataset: digits\ncache_dir: {tmp_path / 'cache'}\nepochs: 2\nmax_steps_per_epoch: 3\n"
+                   "micro_batch_size: 32\nwidth: 0.5\nflip: false\ncrop_padding: 1\nworkers: 2\n")
+    r = subprocess.run([sys.executable, "-m", "tuner", "train", str(cfg), "--out", str(tmp_path / "out")],
+                       capture_output=True, text=True, timeout=240, cwd=ROOT)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    assert json.loads(r.stdout.strip().splitlines()[-2])["epoch"] == 2, r.stdout
+    # Rank 0's epoch lines only (one per epoch, not one per rank), and its checkpoints.
+    assert [ln.split()[1] for ln in r.stdout.splitlines() if ln.startswith("epoch ")] == ["1/2", "2/2"], r.stdout
+    assert sorted(p.name for p in (tmp_path / "out").glob("checkpoint_*")) == ["checkpoint_000001", "checkpoint_000002"]
+    assert "ray" not in r.stderr.lower(), r.stderr[-2000:]

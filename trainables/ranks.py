@@ -17,6 +17,7 @@ would re-import the Ray worker's main module (and Ray) in every rank.
 from __future__ import annotations
 
 import ctypes
+import logging
 import os
 import pickle
 import shutil
@@ -147,6 +148,9 @@ def _main(fd: int, parent: int) -> None:
         from .loop import train_loop
         from .session import RankSession
         torch.set_num_threads(job["threads"])
+        if job.get("log"):   # `tuner train`: rank 0's epoch lines on its output, as one process prints them
+            logging.basicConfig(level=job["log"] if job["rank"] == 0 else logging.WARNING, format="%(message)s",
+                                stream=sys.stdout)
         session = RankSession(job["rank"], job["world"], job["device"], conn, job["resume"], job["earlier"])
         if session.device.type == "cuda":
             torch.cuda.set_device(session.device)

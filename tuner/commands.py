@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -145,7 +146,19 @@ def cmd_train(args) -> int:
         cfg = cfg.replace(tb_dir=str(Path(args.out or ".") / "model-tensorboard"))
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
     session = PlainSession(cfg.device, storage=args.out)
-    m = train_loop(cfg, session)
+    if cfg.workers > 1:
+        # The DDP ranks a trial starts on its node, here without Ray: one process per rank.
+        from trainables.ranks import RankError, run_ranks
+        job = {"config": cfg.to_dict(), "device": cfg.device, "log": "INFO",
+               "threads": max(1, (os.cpu_count() or 1) // cfg.workers)}
+        try:
+            run_ranks(cfg.workers, job, session, restarts=0)
+        except RankError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+        m = session.reports[-1] if session.reports else {}
+    else:
+        m = train_loop(cfg, session)
     print(json.dumps({k: m.get(k) for k in ("status", "epoch", "val_acc", "val_loss", "test_acc") if k in m}))
     if args.out:
         print(f"checkpoints in {args.out}")
