@@ -301,13 +301,19 @@ def test_ddp_ranks_start_in_the_trial_when_one_node_holds_them_else_on_ray_train
     assert resolve_ddp(parse(spec % ", placement_strategy: STRICT_SPREAD")).resources.ddp == "train"
     assert resolve_ddp(parse(spec % ", ddp: train")).resources.ddp == "train"
     monkeypatch.setattr(ray, "nodes", lambda: one_gpu_nodes + [{"Alive": False, "Resources": {"CPU": 8.0, "GPU": 4.0}}])
+    monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 16.0, "GPU": 2.0})
     assert resolve_ddp(exp).resources.ddp == "train"                            # ranks on two nodes: Ray Train
     with pytest.raises(ClusterError, match=r"resources.ddp: local needs one node with 4 CPU, 2 GPU .*ddp: auto"):
         resolve_ddp(parse(spec % ", ddp: local"))
-    # A node type the autoscaler can start counts as one that holds them.
+    # A node type the autoscaler can start holds them: the nodes up now still come first...
     (tmp_path / "auto.yaml").write_text("head_node_type: head\navailable_node_types:\n  head: {resources: {CPU: 2}}\n"
                                         "  gpu2: {resources: {CPU: 16, GPU: 2}, max_workers: 2}\n")
     monkeypatch.setenv(AUTOSCALER_CONFIG_ENV, str(tmp_path / "auto.yaml"))
+    assert resolve_ddp(exp).resources.ddp == "train"
+    assert resolve_ddp(parse(spec % ", ddp: local")).resources.ddp == "local"
+    # ...and when they cannot hold a trial, the ranks wait for that node type, on one node.
+    monkeypatch.setattr(ray, "nodes", lambda: [])
+    monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 2.0})
     assert resolve_ddp(exp).resources.ddp == "local"
 
 

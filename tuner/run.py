@@ -237,10 +237,11 @@ def concurrency_for(exp: Experiment, echo: Callable[[str], None] = print) -> int
 
 
 def resolve_ddp(exp: Experiment) -> Experiment:
-    """The experiment with `resources.ddp` decided for this cluster: "auto" becomes "local" when
-    one node (up now, or a type its autoscaler can start) holds all of a trial's ranks and the
-    placement strategy does not spread them, else "train".  "local" that no node can hold is
-    refused.  Connected to Ray; what the user wrote (and the saved YAML) keeps "auto"."""
+    """The experiment with `resources.ddp` decided for this cluster.  "auto" becomes "local" when
+    a node that is up holds all of a trial's ranks; else "train" when the nodes up now hold them
+    together; else "local" when a node type of the autoscaler would; else "train".  A spreading
+    placement strategy is always "train"; "local" that no node can hold is refused.  Connected
+    to Ray; what the user wrote (and the saved YAML) keeps "auto"."""
     r = exp.resources
     if r.workers < 2 or r.ddp == "train":
         return exp
@@ -250,8 +251,14 @@ def resolve_ddp(exp: Experiment) -> Experiment:
         return train
     import ray
     need = largest_need(local)
-    nodes = [n.get("Resources") or {} for n in ray.nodes() if n.get("Alive")] + list(node_types().values())
-    if any(all(res.get(k, 0.0) + 1e-9 >= v for k, v in need.items() if v > 0) for res in nodes):
+
+    def holds(res: dict[str, float], want: dict[str, float]) -> bool:
+        return all(res.get(k, 0.0) + 1e-9 >= v for k, v in want.items() if v > 0)
+    if any(holds(n.get("Resources") or {}, need) for n in ray.nodes() if n.get("Alive")):
+        return local
+    if r.ddp == "auto" and holds(ray.cluster_resources(), largest_need(train)):
+        return train   # the nodes up now hold the ranks together: no waiting for a bigger node
+    if any(holds(res, need) for res in node_types().values()):
         return local
     if r.ddp == "local":
         raise ClusterError(f"resources.ddp: local needs one node with {', '.join(f'{v:g} {k}' for k, v in need.items())} "
