@@ -111,8 +111,8 @@ def main() -> None:
     for w in searchers:
         paired = None if w == "ours" else se.interval([a - b for a, b in zip(regrets["ours"], regrets[w])])
         epochs = statistics.mean(len(r) for r in runs[w])
-        print(f"{w:14s} {se.fmt(se.interval(regrets[w]), 3):24s} {epochs:7.1f} ep  "
-              f"ours - {w}: {se.fmt(paired, 3) if paired else '-'}")
+        versus = f"ours - {w}: {se.fmt(paired, 3)}" if paired else "(the reference)"
+        print(f"{w:14s} {se.fmt(se.interval(regrets[w]), 3):24s} {epochs:7.1f} ep  {versus}")
         out[w] = {"regret": [round(x, 4) for x in se.interval(regrets[w])], "epochs": round(epochs, 1),
                   "paired_vs_ours": paired and [round(x, 4) for x in paired]}
     print(f"{time.monotonic() - t0:.1f} s")
