@@ -1,6 +1,7 @@
 """A DDP trial's ranks as processes of the trial (trainables/ranks.py), without Ray: the same
 train_loop on two gloo ranks, rank 0's reports only, restarts from the latest checkpoint, and
-no rank outliving the process that started it."""
+no rank outliving the process that started it.  Each runs both ways a rank starts: a new Python
+process, and a fork of the warm fork server (trainables/forkserver.py)."""
 import os
 import signal
 import subprocess
@@ -14,12 +15,13 @@ import pytest
 
 from conftest import digits_config
 from trainables import checkpoint as ckpt_io
+from trainables import forkserver
 from trainables.ranks import RankError, run_ranks
 from trainables.session import PlainSession
 
 
 def _job(cache_dir, **over) -> dict:
-    cfg = digits_config(cache_dir, workers=2, micro_batch_size=32, max_steps_per_epoch=3, **over)
+    cfg = digits_config(cache_dir, **{"workers": 2, "micro_batch_size": 32, "max_steps_per_epoch": 3, **over})
     return {"config": asdict(cfg), "device": "cpu", "threads": 1}
 
 
@@ -35,6 +37,30 @@ def _alive(pid: int) -> bool:
         return False
 
 
+@pytest.fixture(scope="module")
+def fork_server():
+    """One warm server for the module; a test uses it only through the `start` fixture."""
+    path = forkserver.start()
+    assert path
+    os.environ.pop(forkserver.ENV)
+    yield path
+    forkserver.stop()
+
+
+@pytest.fixture(params=["python", "fork server"])
+def start(request, monkeypatch):
+    """How the ranks start: `python -m trainables.ranks`, or forked by the server."""
+    if request.param == "fork server":
+        monkeypatch.setenv(forkserver.ENV, request.getfixturevalue("fork_server"))
+    else:
+        monkeypatch.delenv(forkserver.ENV, raising=False)
+    return request.param
+
+
+def _ppid(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[1])
+
+
 def _wait_for(pred, timeout=60.0, what=""):
     deadline = time.monotonic() + timeout
     while not pred():
@@ -43,7 +69,8 @@ def _wait_for(pred, timeout=60.0, what=""):
 
 
 @pytest.mark.timeout(120)
-def test_two_ranks_train_and_only_rank_zero_reports_with_a_checkpoint_each_epoch(cache_dir, tmp_path, monkeypatch):
+def test_two_ranks_train_and_only_rank_zero_reports_with_a_checkpoint_each_epoch(cache_dir, tmp_path, monkeypatch,
+                                                                                 start):
     import tempfile
     (tmp_path / "tmp").mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))   # where the group's store goes
@@ -57,7 +84,7 @@ def test_two_ranks_train_and_only_rank_zero_reports_with_a_checkpoint_each_epoch
 
 @pytest.mark.timeout(180)
 def test_a_killed_rank_restarts_the_group_from_the_latest_checkpoint_until_the_budget_is_spent(cache_dir, tmp_path,
-                                                                                             capfd):
+                                                                                             capfd, start):
     faults = tmp_path / "faults"
     faults.mkdir()
     (faults / "hold").write_text("2")      # every start of the group waits before epoch 2
@@ -91,25 +118,32 @@ import sys
 from dataclasses import asdict
 sys.path.insert(0, {tests!r})
 from conftest import digits_config
+from trainables import forkserver
 from trainables.ranks import run_ranks
 from trainables.session import PlainSession
+if {fork!r}:
+    forkserver.start()
 cfg = digits_config({cache!r}, workers=2, epochs=3, micro_batch_size=32, max_steps_per_epoch=3, fault_dir={faults!r})
 run_ranks(2, {{"config": asdict(cfg), "device": "cpu", "threads": 1}}, PlainSession("cpu"), restarts=0)
 """
 
 
 @pytest.mark.timeout(120)
-def test_the_ranks_end_when_the_process_that_started_them_is_killed(cache_dir, tmp_path):
+@pytest.mark.parametrize("fork", [False, True], ids=["python", "fork server"])
+def test_the_ranks_end_when_the_process_that_started_them_is_killed(cache_dir, tmp_path, fork):
     faults = tmp_path / "faults"
     faults.mkdir()
     (faults / "hold").write_text("2")
-    code = DRIVER.format(tests=str(Path(__file__).parent), cache=cache_dir, faults=str(faults))
+    code = DRIVER.format(tests=str(Path(__file__).parent), cache=cache_dir, faults=str(faults), fork=fork)
     root = Path(__file__).resolve().parents[1]
     driver = subprocess.Popen([sys.executable, "-c", code], cwd=root, start_new_session=True)
     try:
         _wait_for(lambda: all((faults / f"rank{r}.pid").exists() for r in (0, 1)), what="both ranks to start")
         ranks = [int((faults / f"rank{r}.pid").read_text()) for r in (0, 1)]
         assert all(_alive(p) for p in ranks)
+        # Forked by the server, the ranks are not the driver's children: only the watch on the
+        # driver's pid can end them.
+        assert all((_ppid(p) == driver.pid) != fork for p in ranks)
         driver.kill()                       # SIGKILL: no finally, no atexit in the driver
         driver.wait()
         _wait_for(lambda: not any(_alive(p) for p in ranks), timeout=10, what="the ranks to die with their driver")
@@ -120,3 +154,45 @@ def test_the_ranks_end_when_the_process_that_started_them_is_killed(cache_dir, t
             os.killpg(driver.pid, signal.SIGKILL)   # anything of its group left behind, by its id
         except ProcessLookupError:
             pass
+
+
+@pytest.mark.timeout(120)
+def test_a_forked_rank_takes_the_trials_environment_folder_and_output(cache_dir, tmp_path, monkeypatch, fork_server,
+                                                                      capfd):
+    monkeypatch.setenv(forkserver.ENV, fork_server)
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))   # the rank's checkpoint folders go there
+    monkeypatch.chdir(tmp_path)
+    seen = {}
+
+    class Probe(PlainSession):
+        def report(self, metrics, checkpoint_dir=None):   # runs here, while the rank waits for the answer
+            pid = int((tmp_path / "faults" / "rank0.pid").read_text())
+            seen.update(ppid=_ppid(pid), cwd=os.readlink(f"/proc/{pid}/cwd"), checkpoint=checkpoint_dir)
+            super().report(metrics, checkpoint_dir)
+
+    (tmp_path / "faults").mkdir()
+    session = Probe("cpu")
+    job = _job(cache_dir, workers=1, epochs=1, fault_dir=str(tmp_path / "faults"))
+    run_ranks(1, {**job, "log": "INFO"}, session, restarts=0)
+    assert [r["epoch"] for r in session.reports] == [1]
+    assert seen["ppid"] == forkserver._server["proc"].pid != os.getpid()   # forked by the server
+    assert seen["cwd"] == str(tmp_path) and Path(seen["checkpoint"]).parent == tmp_path / "tmp"
+    assert "epoch 1" in capfd.readouterr().out       # its output is this process's
+
+
+def test_the_server_reports_a_forked_process_exit_status_and_refuses_nothing_silently(fork_server, monkeypatch):
+    import socket
+    monkeypatch.setenv(forkserver.ENV, fork_server)
+    ours, theirs = socket.socketpair()
+    child = forkserver.spawn(theirs.fileno())
+    theirs.close()
+    assert child is not None and _alive(child.pid) and child.poll() is None
+    with pytest.raises(subprocess.TimeoutExpired):
+        child.wait(timeout=0.2)                # waiting for its job
+    child.terminate()
+    assert child.wait(timeout=10) == -signal.SIGTERM
+    ours.close()
+    # No server to ask: the caller is told so and starts its process itself.
+    monkeypatch.setenv(forkserver.ENV, str(Path(fork_server).with_name("gone")))
+    assert not forkserver.available() and forkserver.spawn(0) is None

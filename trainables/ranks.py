@@ -31,6 +31,8 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any, Callable
 
+from . import forkserver
+
 # Seconds a rank gets to exit after SIGTERM before SIGKILL.
 STOP_GRACE_S = 5.0
 PR_SET_PDEATHSIG = 1
@@ -53,14 +55,15 @@ class RankGroup:
         self.world = world
         self.store_dir = tempfile.mkdtemp(prefix="tuner-ranks-")
         self.conns: dict[int, Connection] = {}
-        self.procs: dict[int, subprocess.Popen] = {}
+        self.procs: dict[int, subprocess.Popen | forkserver.Forked] = {}
         env = dict(os.environ)
         root = str(Path(__file__).resolve().parent.parent)   # where `trainables` is importable from
         env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
         for rank in range(world):
             ours, theirs = socket.socketpair()
-            proc = subprocess.Popen([sys.executable, "-m", "trainables.ranks", str(theirs.fileno()), str(os.getpid())],
-                                    pass_fds=[theirs.fileno()], env=env)
+            proc = forkserver.spawn(theirs.fileno()) or subprocess.Popen(
+                [sys.executable, "-m", "trainables.ranks", str(theirs.fileno()), str(os.getpid())],
+                pass_fds=[theirs.fileno()], env=env)
             theirs.close()
             conn = Connection(ours.detach())
             conn.send({**job, "rank": rank, "world": world, "store": os.path.join(self.store_dir, "store")})
@@ -89,13 +92,14 @@ class RankGroup:
         while open_:
             for conn in wait(list(open_.values())):
                 rank = next(r for r, c in open_.items() if c is conn)
+                who = f"rank {rank}" if self.world > 1 else "the training process"
                 try:
                     msg = conn.recv()
                 except (EOFError, OSError):
                     del open_[rank]
                     if rank not in done:
                         code = self.procs[rank].wait()
-                        return f"rank {rank} exited with code {code} before it finished"
+                        return f"{who} exited with code {code} before it finished"
                     continue
                 kind = msg[0]
                 if kind == "report":
@@ -104,7 +108,7 @@ class RankGroup:
                 elif kind == "done":
                     done.add(rank)
                 elif kind == "error":
-                    return f"rank {rank} failed: {msg[1]}"
+                    return f"{who} failed: {msg[1]}"
         return None
 
 
@@ -122,12 +126,14 @@ def run_ranks(world: int, job: dict[str, Any], session, restarts: int) -> None:
             return
         failures += 1
         if failures > restarts:
+            if world == 1:
+                raise RankError(problem)
             raise RankError(f"{problem} (the ranks were restarted {restarts} time(s), resources.worker_failures)")
         print(f"tuner: {problem}; restarting the {world} ranks from the latest checkpoint "
               f"({failures} of {restarts})", file=sys.stderr, flush=True)
 
 
-def _die_with(parent: int) -> None:
+def die_with(parent: int) -> None:
     """This process gets SIGKILL when the trial's process ends, however it ends."""
     try:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
@@ -137,8 +143,8 @@ def _die_with(parent: int) -> None:
         os._exit(1)
 
 
-def _main(fd: int, parent: int) -> None:
-    _die_with(parent)
+def serve_rank(fd: int) -> None:
+    """Run as the rank the trial describes over `fd`; never returns."""
     conn = Connection(fd)
     job = conn.recv()
     try:
@@ -154,8 +160,9 @@ def _main(fd: int, parent: int) -> None:
         session = RankSession(job["rank"], job["world"], job["device"], conn, job["resume"], job["earlier"])
         if session.device.type == "cuda":
             torch.cuda.set_device(session.device)
-        dist.init_process_group("nccl" if session.device.type == "cuda" else "gloo",
-                                init_method=f"file://{job['store']}", rank=job["rank"], world_size=job["world"])
+        if job["world"] > 1:
+            dist.init_process_group("nccl" if session.device.type == "cuda" else "gloo",
+                                    init_method=f"file://{job['store']}", rank=job["rank"], world_size=job["world"])
         train_loop(job["config"], session)
         conn.send(("done",))
     except BaseException as e:  # noqa: BLE001 - every failure goes to the trial, which restarts or fails the group
@@ -173,4 +180,5 @@ def _main(fd: int, parent: int) -> None:
 
 
 if __name__ == "__main__":
-    _main(int(sys.argv[1]), int(sys.argv[2]))
+    die_with(int(sys.argv[2]))
+    serve_rank(int(sys.argv[1]))

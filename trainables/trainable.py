@@ -69,11 +69,19 @@ def make_trainable(workers: int, cpus_per_worker: float, gpus_per_worker: float,
 
     if workers <= 1:
         def trainable(config: dict[str, Any]) -> None:
-            from .loop import train_loop
+            from . import forkserver
             from .preflight import trial_node_check
             from .session import TuneSession
             trial_node_check()   # this node, which may have joined after the run's preflight
-            train_loop(with_model_board(training_settings(config)), TuneSession(config.get("device", "auto")))
+            settings = with_model_board(training_settings(config))
+            if forkserver.available():   # a warm process forks the training process: no torch import here
+                from .ranks import rank_threads, run_ranks
+                job = {"config": settings, "device": settings.get("device", "auto"),
+                       "threads": rank_threads(worker_cpus(settings, cpus_per_worker))}
+                run_ranks(1, job, TuneSession(device=None), restarts=0)
+                return
+            from .loop import train_loop
+            train_loop(settings, TuneSession(settings.get("device", "auto")))
         return tune.with_resources(trainable, lambda config: PlacementGroupFactory(
             [worker_resources(config, cpus_per_worker, gpus_per_worker, accelerator)]))
 

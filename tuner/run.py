@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 import yaml
 
-from trainables import storage
+from trainables import forkserver, storage
 from trainables.preflight import MARKER, PREFLIGHT_ENV, PreflightError, check_folders
 from trainables.trainable import KEEP_BEST, local_resources, make_trainable, trial_resources
 
@@ -51,6 +51,10 @@ def connect(address: str | None, exp: Experiment, echo: Callable[[str], None] = 
     for k, v in TRAIN_ENV.items():
         os.environ.setdefault(k, v)
     runtime_env = {"env_vars": {**{k: os.environ[k] for k in TRAIN_ENV}, **(env or {})}}
+    # The trials on this machine fork their training processes from one warm process
+    # (trainables/forkserver.py); TUNER_FORK_SERVER=off starts none.
+    if os.environ.get(forkserver.ENV, "").lower() != "off" and forkserver.start():
+        runtime_env["env_vars"][forkserver.ENV] = os.environ[forkserver.ENV]
     address = address or os.environ.get("RAY_ADDRESS")
     if address:
         try:
