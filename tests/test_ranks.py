@@ -181,7 +181,7 @@ def test_a_forked_rank_takes_the_trials_environment_folder_and_output(cache_dir,
     assert "epoch 1" in capfd.readouterr().out       # its output is this process's
 
 
-def test_the_server_reports_a_forked_process_exit_status_and_refuses_nothing_silently(fork_server, monkeypatch):
+def test_a_forked_process_exit_status_comes_back_and_without_a_server_spawn_says_so(fork_server, monkeypatch):
     import socket
     monkeypatch.setenv(forkserver.ENV, fork_server)
     ours, theirs = socket.socketpair()
@@ -196,3 +196,13 @@ def test_the_server_reports_a_forked_process_exit_status_and_refuses_nothing_sil
     # No server to ask: the caller is told so and starts its process itself.
     monkeypatch.setenv(forkserver.ENV, str(Path(fork_server).with_name("gone")))
     assert not forkserver.available() and forkserver.spawn(0) is None
+
+
+@pytest.mark.timeout(60)
+def test_a_one_worker_training_process_fails_with_its_own_error(cache_dir, tmp_path, start):
+    # What a trial that trained in its own process would raise (the status and error file name it).
+    from trainables.data import DataError
+    job = _job(cache_dir, workers=1, dataset="cifar10", data_root=str(tmp_path / "no-data"))
+    with pytest.raises(DataError, match="CIFAR-10 not found") as raised:
+        run_ranks(1, job, PlainSession("cpu"), restarts=0)
+    assert any("raised in the training process" in n for n in raised.value.__notes__)

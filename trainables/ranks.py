@@ -56,6 +56,7 @@ class RankGroup:
         self.store_dir = tempfile.mkdtemp(prefix="tuner-ranks-")
         self.conns: dict[int, Connection] = {}
         self.procs: dict[int, subprocess.Popen | forkserver.Forked] = {}
+        self.error: BaseException | None = None   # the first failed rank's exception, when it pickles
         env = dict(os.environ)
         root = str(Path(__file__).resolve().parent.parent)   # where `trainables` is importable from
         env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
@@ -108,6 +109,7 @@ class RankGroup:
                 elif kind == "done":
                     done.add(rank)
                 elif kind == "error":
+                    self.error = msg[2] if len(msg) > 2 else None
                     return f"{who} failed: {msg[1]}"
         return None
 
@@ -126,7 +128,9 @@ def run_ranks(world: int, job: dict[str, Any], session, restarts: int) -> None:
             return
         failures += 1
         if failures > restarts:
-            if world == 1:
+            if world == 1:   # the training process's own error, as if it had trained in this one
+                if group.error is not None:
+                    raise group.error
                 raise RankError(problem)
             raise RankError(f"{problem} (the ranks were restarted {restarts} time(s), resources.worker_failures)")
         print(f"tuner: {problem}; restarting the {world} ranks from the latest checkpoint "
@@ -167,11 +171,17 @@ def serve_rank(fd: int) -> None:
         conn.send(("done",))
     except BaseException as e:  # noqa: BLE001 - every failure goes to the trial, which restarts or fails the group
         import traceback
+        where = traceback.format_exc()
         try:
-            conn.send(("error", f"{type(e).__name__}: {e}"))
+            try:
+                raised = pickle.loads(pickle.dumps(e))
+                raised.add_note(f"raised in the training process (pid {os.getpid()}):\n{where}")
+            except Exception:  # noqa: BLE001 - an exception that does not pickle goes as its text only
+                raised = None
+            conn.send(("error", f"{type(e).__name__}: {e}", raised))
         except (OSError, pickle.PicklingError):
             pass
-        sys.stderr.write(traceback.format_exc())
+        sys.stderr.write(where)
         sys.stderr.flush()
         os._exit(1)
     sys.stdout.flush()
