@@ -136,7 +136,9 @@ def test_the_ranks_end_when_the_process_that_started_them_is_killed(cache_dir, t
     (faults / "hold").write_text("2")
     code = DRIVER.format(tests=str(Path(__file__).parent), cache=cache_dir, faults=str(faults), fork=fork)
     root = Path(__file__).resolve().parents[1]
-    driver = subprocess.Popen([sys.executable, "-c", code], cwd=root, start_new_session=True)
+    (tmp_path / "tmp").mkdir()
+    driver = subprocess.Popen([sys.executable, "-c", code], cwd=root, start_new_session=True,
+                              env={**os.environ, "TMPDIR": str(tmp_path / "tmp")})
     try:
         _wait_for(lambda: all((faults / f"rank{r}.pid").exists() for r in (0, 1)), what="both ranks to start")
         ranks = [int((faults / f"rank{r}.pid").read_text()) for r in (0, 1)]
@@ -147,6 +149,8 @@ def test_the_ranks_end_when_the_process_that_started_them_is_killed(cache_dir, t
         driver.kill()                       # SIGKILL: no finally, no atexit in the driver
         driver.wait()
         _wait_for(lambda: not any(_alive(p) for p in ranks), timeout=10, what="the ranks to die with their driver")
+        # The fork server ended with the driver and took its socket's folder with it.
+        _wait_for(lambda: not list((tmp_path / "tmp").glob("tuner-fork-*")), timeout=10, what="no fork server folder")
     finally:
         if driver.poll() is None:
             driver.kill()

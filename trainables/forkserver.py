@@ -269,7 +269,12 @@ def _reap(children: dict[int, socket.socket]) -> None:
 
 def _serve(path: str, parent: int) -> None:
     from .ranks import die_with
-    die_with(parent)
+
+    def end(*_) -> None:   # stopped, or its driver ended (killed too): no folder left behind
+        shutil.rmtree(os.path.dirname(path), ignore_errors=True)
+        os._exit(0)
+    signal.signal(signal.SIGTERM, end)
+    die_with(parent, signal.SIGTERM)
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # the driver handles Ctrl-C; this ends with it
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)           # bound first: a trial that comes early waits for the import

@@ -137,10 +137,10 @@ def run_ranks(world: int, job: dict[str, Any], session, restarts: int) -> None:
               f"({failures} of {restarts})", file=sys.stderr, flush=True)
 
 
-def die_with(parent: int) -> None:
-    """This process gets SIGKILL when the trial's process ends, however it ends."""
+def die_with(parent: int, sig: int = signal.SIGKILL) -> None:
+    """This process gets `sig` when the trial's process ends, however it ends."""
     try:
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, sig)
     except (OSError, AttributeError):  # not Linux: the trial's stop() still ends the ranks
         pass
     if os.getppid() != parent:  # it ended before the signal was armed
