@@ -11,8 +11,12 @@ Ray Train's FailureConfig does for its worker group); then the trial fails with 
 error and Tune's own retries take over.  The ranks die with the trial's process (Linux's
 parent-death signal), so a trial Tune ends or kills leaves none behind.
 
-The ranks are plain `python -m trainables.ranks` processes, not multiprocessing's spawn: that
-would re-import the Ray worker's main module (and Ray) in every rank.
+Where `run` started a fork server on this machine (trainables/forkserver.py), each rank is a
+fork of it, torch already imported, and ends when the trial's process does (a watch on its
+pid; its parent is the server).  A one-worker trial trains the same way, as a group of one
+rank with no process group, and fails with its training process's own exception.  Without a
+server the ranks are plain `python -m trainables.ranks` processes, not multiprocessing's spawn:
+that would re-import the Ray worker's main module (and Ray) in every rank.
 """
 from __future__ import annotations
 

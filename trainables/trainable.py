@@ -1,4 +1,5 @@
-"""The Tune trainable: train_loop in the trial itself for one worker; for two or more, ranks
+"""The Tune trainable: for one worker, train_loop in a process forked by this machine's fork
+server (trainables/forkserver.py) or, without one, in the trial itself; for two or more, ranks
 the trial starts on its own node (trainables/ranks.py, when they fit one node) or a Ray Train
 TorchTrainer (ranks on any nodes).  All of them report the same metrics and checkpoints."""
 from __future__ import annotations
