@@ -52,6 +52,10 @@ def start(request, monkeypatch):
     """How the ranks start: `python -m trainables.ranks`, or forked by the server."""
     if request.param == "fork server":
         monkeypatch.setenv(forkserver.ENV, request.getfixturevalue("fork_server"))
+
+        def no_new_python(*a, **k):   # a rank the server did not fork would pass unnoticed
+            raise AssertionError("a rank was started as a new Python, not forked by the server")
+        monkeypatch.setattr("trainables.ranks.subprocess.Popen", no_new_python)
     else:
         monkeypatch.delenv(forkserver.ENV, raising=False)
     return request.param

@@ -68,36 +68,25 @@ def make_trainable(workers: int, cpus_per_worker: float, gpus_per_worker: float,
     from ray import tune
     from ray.tune.execution.placement_groups import PlacementGroupFactory
 
-    if workers <= 1:
+    if workers <= 1 or ddp == "local":
+        world = max(workers, 1)
+
         def trainable(config: dict[str, Any]) -> None:
             from . import forkserver
             from .preflight import trial_node_check
             from .session import TuneSession
             trial_node_check()   # this node, which may have joined after the run's preflight
             settings = with_model_board(training_settings(config))
-            if forkserver.available():   # a warm process forks the training process: no torch import here
-                from .ranks import rank_threads, run_ranks
-                job = {"config": settings, "device": settings.get("device", "auto"),
-                       "threads": rank_threads(worker_cpus(settings, cpus_per_worker))}
-                run_ranks(1, job, TuneSession(device=None), restarts=0)
+            if world == 1 and not forkserver.available():   # no warm process to fork: train in this one
+                from .loop import train_loop
+                train_loop(settings, TuneSession(settings.get("device", "auto")))
                 return
-            from .loop import train_loop
-            train_loop(settings, TuneSession(settings.get("device", "auto")))
-        return tune.with_resources(trainable, lambda config: PlacementGroupFactory(
-            [worker_resources(config, cpus_per_worker, gpus_per_worker, accelerator)]))
-
-    if ddp == "local":
-        def trainable(config: dict[str, Any]) -> None:
-            from .preflight import trial_node_check
             from .ranks import rank_threads, run_ranks
-            from .session import TuneSession
-            trial_node_check()
-            settings = with_model_board(training_settings(config))
             job = {"config": settings, "device": settings.get("device", "auto"),
                    "threads": rank_threads(worker_cpus(settings, cpus_per_worker))}
-            run_ranks(workers, job, TuneSession(device=None), restarts=worker_failures)
+            run_ranks(world, job, TuneSession(device=None), restarts=worker_failures if world > 1 else 0)
         return tune.with_resources(trainable, lambda config: PlacementGroupFactory(
-            [local_resources(workers, cpus_per_worker, gpus_per_worker, config, accelerator)]))
+            [local_resources(world, cpus_per_worker, gpus_per_worker, config, accelerator)]))
 
     def trainable(config: dict[str, Any]) -> None:
         _fit_ddp(with_model_board(training_settings(config)), workers, cpus_per_worker, gpus_per_worker, train_storage,
