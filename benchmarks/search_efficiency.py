@@ -86,6 +86,9 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "ours_cond": {"space": "conditional"},       # digits: each optimizer with its own lr range (CONDITIONAL)
     "ours_earned": {"earned": True},             # trials ASHA let through a rung unjudged told PRUNED there
     "ours_gf3": {"gamma": TopFraction(0.1, floor=3)},   # Optuna's 10 % good set, never fewer than 3 trials
+    "ours_mix2": {"random_every": 2},            # every 2nd trial drawn at random, after start-up too
+    "ours_mix3": {"random_every": 3},            # every 3rd
+    "ours_tpe": {"guided_from": 0},              # TPE after its 10 start-up trials at any trial count
 }
 # The digits space with branches: SGD's learning rates and AdamW's are searched apart.
 CONDITIONAL = """

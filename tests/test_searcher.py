@@ -130,3 +130,47 @@ def test_a_restored_searcher_reopens_its_journal_where_the_folder_is_now(tmp_pat
     restored.on_trial_complete("b", {"epoch": 3, "status": "ok", "val_acc": 0.5})
     assert optuna.load_study(study_name="exp", storage=journal_storage(tmp_path / "moved" / JOURNAL)).trials[1].state \
         == TrialState.COMPLETE
+
+
+def lr_draws(num_samples, sampler=None, **levers):
+    """The lr each trial of a `num_samples`-trial search drew, each finished before the next
+    starts, with val_acc peaking at lr = 0.01: make_searcher's searcher, or `sampler`'s."""
+    import optuna
+
+    from tuner.config import Budget, SearchEntry
+    from tuner.searcher import make_searcher
+    from tuner.space import SearchSpace
+    space = {"lr": SearchEntry(type="loguniform", low=1e-3, high=1.0)}
+    budget = Budget(num_samples=num_samples, max_epochs=1, grace_epochs=1, reduction_factor=3)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    s = (make_searcher(space, "val_acc", "max", 0, budget, **levers) if sampler is None else
+         FidelityOptunaSearch(space=SearchSpace(space), metric="val_acc", mode="max", sampler=sampler, max_epochs=1))
+    out = []
+    for i in range(num_samples):
+        lr = s.suggest(f"t{i}")["lr"]
+        s.on_trial_complete(f"t{i}", {"epoch": 1, "status": "ok", "val_acc": -abs(math.log10(lr) + 2)})
+        out.append(lr)
+    return out
+
+
+def test_a_search_of_fewer_than_guided_from_trials_draws_every_trial_at_random():
+    import optuna
+
+    from tuner.searcher import GUIDED_FROM
+    random = lambda n: lr_draws(n, optuna.samplers.RandomSampler(seed=0))   # noqa: E731
+    small, large = GUIDED_FROM - 8, GUIDED_FROM + 6
+    assert lr_draws(small) == random(small)                       # all random: the same draws
+    assert lr_draws(small, guided_from=0)[10:] != random(small)[10:]   # the lever: TPE after 10
+
+    def miss(xs):   # mean distance of the guided trials from the best lr, in decades
+        return sum(abs(math.log10(x) + 2) for x in xs[10:]) / len(xs[10:])
+    guided, drawn = lr_draws(large), random(large)
+    assert guided[:10] == drawn[:10] and miss(guided) < 0.5 * miss(drawn), (miss(guided), miss(drawn))
+
+
+def test_random_every_k_draws_every_kth_trial_at_random_after_start_up_too():
+    import optuna
+    mixed, drawn = lr_draws(30, random_every=2), lr_draws(30, optuna.samplers.RandomSampler(seed=0))
+    assert mixed[:10] == drawn[:10]
+    assert [mixed[i] for i in range(11, 30, 2)] == drawn[10:20]   # trials 11, 13, ...: the next random draws
+    assert all(mixed[i] not in drawn for i in range(10, 30, 2))   # the others TPE's
