@@ -7,7 +7,8 @@
 
 Searchers, each given the same trial count, concurrency, seeds and (where they use one) the
 same ASHA (grace 1 epoch, eta 3, max E epochs):
-  ours           what `tuner run` ships: FidelityOptunaSearch (tuner.searcher.make_searcher) under ASHA
+  ours           what `tuner run` ships: FidelityOptunaSearch (tuner.searcher.make_searcher) under ASHA;
+                 TPE from 24 trials, a scrambled Sobol sequence below (digits' 16 trials)
   optuna_search  Ray's stock OptunaSearch (TPE; ASHA-stopped trials told as COMPLETE) under ASHA
   random         Tune's random search (BasicVariantGenerator) under ASHA
   optuna_hb      Optuna alone, no Ray: TPE with HyperbandPruner(min 1, max E, eta), n_jobs = concurrency
@@ -89,6 +90,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "ours_mix2": {"random_every": 2},            # every 2nd trial drawn at random, after start-up too
     "ours_mix3": {"random_every": 3},            # every 3rd
     "ours_tpe": {"guided_from": 0},              # TPE after its 10 start-up trials at any trial count
+    "ours_iid": {"qmc": False},                  # below 24 trials: independent random draws, not a Sobol sequence
 }
 # The digits space with branches: SGD's learning rates and AdamW's are searched apart.
 CONDITIONAL = """
@@ -422,6 +424,7 @@ def main() -> None:
     ap.add_argument("--smoke", action="store_true", help="2 seeds, few trials: checks the machinery, not the claim")
     ap.add_argument("--seeds", type=int, help="hartmann seeds (default 30); digits takes --digits-seeds")
     ap.add_argument("--digits-seeds", type=int)
+    ap.add_argument("--digits-seed-offset", type=int, default=0, help="digits: the first seed (a second seed set)")
     ap.add_argument("--trials", type=int, help="hartmann trials (default 48)")
     ap.add_argument("--digits-trials", type=int)
     ap.add_argument("--digits-grace", type=int, default=DIGITS_GRACE, help="digits: epochs before ASHA's first rung")
@@ -451,7 +454,7 @@ def main() -> None:
         if args.workload in ("hartmann", "both"):
             out["hartmann"] = bench_hartmann(list(range(h_seeds)), h_trials, epochs, storage, searchers)
         if args.workload in ("digits", "both"):
-            out["digits"] = bench_digits(list(range(d_seeds)), d_trials, epochs, storage, cache, searchers,
+            out["digits"] = bench_digits(list(range(args.digits_seed_offset, args.digits_seed_offset + d_seeds)), d_trials, epochs, storage, cache, searchers,
                                          args.digits_grace)
     finally:
         ray.shutdown()

@@ -153,14 +153,19 @@ def lr_draws(num_samples, sampler=None, **levers):
     return out
 
 
-def test_a_search_of_fewer_than_guided_from_trials_draws_every_trial_at_random():
+def test_a_search_of_fewer_than_guided_from_trials_follows_a_sobol_sequence_and_a_larger_one_tpe():
     import optuna
 
-    from tuner.searcher import GUIDED_FROM
+    from tuner.searcher import GUIDED_FROM, sobol_sampler
     random = lambda n: lr_draws(n, optuna.samplers.RandomSampler(seed=0))   # noqa: E731
     small, large = GUIDED_FROM - 8, GUIDED_FROM + 6
-    assert lr_draws(small) == random(small)                       # all random: the same draws
-    assert lr_draws(small, guided_from=0)[10:] != random(small)[10:]   # the lever: TPE after 10
+    sobol = lr_draws(small)
+    assert sobol == lr_draws(small, sobol_sampler(0)) and sobol != random(small)
+    # Sobol points cover the (log) range evenly: every eighth of it holds one or two of the 15
+    eighths = sorted(int((math.log10(x) + 3) / 3 * 8) for x in sobol[1:])   # the first is a random draw
+    assert len(sobol) == 16 and {eighths.count(k) for k in range(8)} <= {1, 2}, eighths
+    assert lr_draws(small, qmc=False) == random(small)                   # the lever: independent draws
+    assert lr_draws(small, guided_from=0)[10:] != random(small)[10:]     # the lever: TPE after 10
 
     def miss(xs):   # mean distance of the guided trials from the best lr, in decades
         return sum(abs(math.log10(x) + 2) for x in xs[10:]) / len(xs[10:])
