@@ -428,6 +428,8 @@ def main() -> None:
     ap.add_argument("--trials", type=int, help="hartmann trials (default 48)")
     ap.add_argument("--digits-trials", type=int)
     ap.add_argument("--digits-grace", type=int, default=DIGITS_GRACE, help="digits: epochs before ASHA's first rung")
+    ap.add_argument("--asha-cutoff", choices=("ranked", "interpolated"),
+                    help="ASHA's rung cutoff for every searcher under it (default: what tuner ships)")
     ap.add_argument("--searchers", default=",".join(SEARCHERS),
                     help=f"comma-separated; ours first; variants of ours: {', '.join(VARIANTS)}")
     args = ap.parse_args()
@@ -442,6 +444,9 @@ def main() -> None:
     epochs = 3 if args.smoke else 9
     for k, v in BENCH_ENV.items():
         os.environ.setdefault(k, v)
+    if args.asha_cutoff:
+        import tuner.run
+        tuner.run.ASHA_CUTOFF = args.asha_cutoff
     storage, cache = tempfile.mkdtemp(prefix="tuner-eff-"), tempfile.mkdtemp(prefix="tuner-cache-")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     # Tune would list every trial's missing result files (its file loggers are off) after each run.

@@ -92,7 +92,11 @@ def main() -> None:
     ap.add_argument("--trials", type=int, default=48)
     ap.add_argument("--searchers", default="ours,optuna_search,random",
                     help=f"comma-separated, ours first; variants: {', '.join(se.VARIANTS)}")
+    ap.add_argument("--asha-cutoff", choices=("ranked", "interpolated"), help="ASHA's rung cutoff (default: tuner's)")
     args = ap.parse_args()
+    if args.asha_cutoff:
+        import tuner.run
+        tuner.run.ASHA_CUTOFF = args.asha_cutoff
     searchers = args.searchers.split(",")
     allowed = {"optuna_search", "random", *(v for v, o in se.VARIANTS.items() if "space" not in o)}
     if searchers[0] != "ours" or not set(searchers) <= allowed:

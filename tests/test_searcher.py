@@ -179,3 +179,26 @@ def test_random_every_k_draws_every_kth_trial_at_random_after_start_up_too():
     assert mixed[:10] == drawn[:10]
     assert [mixed[i] for i in range(11, 30, 2)] == drawn[10:20]   # trials 11, 13, ...: the next random draws
     assert all(mixed[i] not in drawn for i in range(10, 30, 2))   # the others TPE's
+
+
+def test_a_diverging_trials_loss_at_a_rung_does_not_let_chance_level_trials_through():
+    from dataclasses import dataclass
+
+    from tuner.config import Budget
+    from tuner.run import asha
+
+    @dataclass
+    class T:
+        trial_id: str
+
+    def decisions(cutoff=None):
+        s = asha(Budget(num_samples=8, max_epochs=9, grace_epochs=1, reduction_factor=3), "val_loss", "min", cutoff)
+        out = []
+        for tid, loss in (("diverging", 1000.0), ("good", 0.5), ("chance", 2.3), ("better", 0.4)):
+            s.on_trial_add(None, T(tid))
+            out.append(s.on_trial_result(None, T(tid), {"epoch": 1, "training_iteration": 1, "val_loss": loss}))
+        return out
+    # The first two pass (nothing / one worse to compare with); at chance level with 1000 and 0.5
+    # recorded, the cutoff by rank is 0.5; Ray's interpolated cutoff is about 333.
+    assert decisions() == ["CONTINUE", "CONTINUE", "STOP", "CONTINUE"]
+    assert decisions("interpolated") == ["CONTINUE", "CONTINUE", "CONTINUE", "CONTINUE"]

@@ -16,8 +16,10 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import optuna
 from optuna.trial import TrialState
+from ray.tune.schedulers.async_hyperband import _Bracket
 from ray.tune.search.optuna import OptunaSearch
 
 log = logging.getLogger(__name__)
@@ -86,6 +88,16 @@ def make_searcher(search: dict, metric: str | list[str], mode: str | list[str], 
     return FidelityOptunaSearch(space=SearchSpace(search), metric=metric, mode=mode, sampler=sampler,
                                 storage=storage, study_name=study_name, max_epochs=budget.max_epochs,
                                 rungs=asha_rungs(budget) if earned else (), eta=budget.reduction_factor)
+
+
+class RankedBracket(_Bracket):
+    """ASHA's bracket with its rung cutoff taken by rank: a value some trial recorded there
+    (tuner.run.asha says why)."""
+
+    def cutoff(self, recorded):
+        if not recorded:
+            return None
+        return np.nanpercentile(list(recorded.values()), (1 - 1 / self.rf) * 100, method="nearest")
 
 
 def asha_rungs(budget) -> tuple[int, ...]:
