@@ -1,6 +1,6 @@
 """Search efficiency: the shipped searcher against what a user would pick instead.
 
-    .venv/bin/python benchmarks/search_efficiency.py            # both workloads, about 18 min on 2 cores
+    .venv/bin/python benchmarks/search_efficiency.py            # both workloads, 16-19 min on 2 cores
     .venv/bin/python benchmarks/search_efficiency.py --smoke    # about a minute (the test suite runs it)
     .venv/bin/python benchmarks/search_efficiency.py --workload hartmann --seeds 30 --trials 32
     .venv/bin/python benchmarks/search_efficiency.py --workload digits --digits-grace 2
