@@ -19,7 +19,8 @@ EPILOG = """examples:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tuner", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
                                 description="Hyperparameter tuning of PyTorch training on Ray Tune "
-                                            "(Optuna TPE searcher, ASHA early stopping, Ray Train DDP trials).")
+                                            "(Optuna searcher: TPE, or a Sobol sequence below 24 trials; "
+                                            "ASHA early stopping; DDP trials).")
     sub = p.add_subparsers(dest="verb", required=True)
     r = sub.add_parser("run", help="validate an experiment file, then run its search")
     r.add_argument("file", help="experiment YAML (see search_spaces/)")

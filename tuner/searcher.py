@@ -6,6 +6,9 @@ metric becomes an intermediate value at step `epoch`, a trial stopped before the
 epoch is told as PRUNED (TPE ranks those by their last intermediate value), a finished
 one as COMPLETE, and one that ended with status diverged/infeasible as FAIL.  A NaN is
 never told to Optuna.
+
+A search of fewer than GUIDED_FROM trials draws from a scrambled Sobol sequence instead of TPE,
+and ASHA's brackets take their rung cutoff by rank (RankedBracket, used by tuner.run.asha).
 """
 from __future__ import annotations
 
