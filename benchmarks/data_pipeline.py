@@ -19,7 +19,8 @@ import torch
 from PIL import Image
 from torch.utils.data import DataLoader, Dataset
 
-from trainables.data import DeviceLoader, Split
+from trainables.data.loaders import DeviceLoader
+from trainables.data.sources import Split
 
 TARGET = 10.0
 MEAN, STD = (125.3, 123.0, 113.9), (63.0, 62.1, 66.7)

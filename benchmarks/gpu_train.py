@@ -20,7 +20,7 @@ import time
 import torch
 
 from trainables.loop import train_loop
-from trainables.session import PlainSession
+from trainables.runtime.session import PlainSession
 
 
 class GpuSampler:

@@ -39,9 +39,9 @@ def main() -> int:
         print("benchmarks/kernels.py needs a CUDA GPU; none here (the kernels' correctness tests run on CPU "
               "under TRITON_INTERPRET=1 in the test suite)")
         return 2
-    from trainables.kernels import augment_torch, cross_entropy_torch
-    from trainables.kernels.augment_triton import augment_triton
-    from trainables.kernels.cross_entropy_triton import cross_entropy_triton
+    from trainables.training.kernels import augment_torch, cross_entropy_torch
+    from trainables.training.kernels.augment_triton import augment_triton
+    from trainables.training.kernels.cross_entropy_triton import cross_entropy_triton
     dev = torch.device("cuda")
     g = torch.Generator(device=dev).manual_seed(0)
     n = 512

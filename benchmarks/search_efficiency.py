@@ -71,7 +71,7 @@ from ray import tune
 from scipy import stats
 
 from tuner.config import Budget, SearchEntry, parse
-from tuner.run import asha
+from tuner.tuning import asha
 from tuner.searcher import TopFraction, make_searcher
 from tuner.space import SearchSpace
 
@@ -348,7 +348,7 @@ DIGITS_GRACE = 1      # epochs before ASHA's first rung (and Hyperband's min_res
 
 def digits_objective(base: dict[str, Any]) -> Callable:
     from trainables.loop import train_loop
-    from trainables.session import Session
+    from trainables.runtime.session import Session
 
     class Told(Session):
         def __init__(self, report):
@@ -367,7 +367,7 @@ def bench_digits(seeds: list[int], trials: int, epochs: int, storage: str, cache
                  searchers: list[str], grace: int = DIGITS_GRACE) -> dict[str, Any]:
     import torch
 
-    from trainables.trainable import make_trainable
+    from trainables.runtime.trainable import make_trainable
     grace = min(grace, epochs)
     # Optuna's two threads train in this process: one torch thread each, as Ray gives a 1-CPU trial.
     torch.set_num_threads(1)
@@ -445,8 +445,8 @@ def main() -> None:
     for k, v in BENCH_ENV.items():
         os.environ.setdefault(k, v)
     if args.asha_cutoff:
-        import tuner.run
-        tuner.run.ASHA_CUTOFF = args.asha_cutoff
+        import tuner.tuning
+        tuner.tuning.ASHA_CUTOFF = args.asha_cutoff
     storage, cache = tempfile.mkdtemp(prefix="tuner-eff-"), tempfile.mkdtemp(prefix="tuner-cache-")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     # Tune would list every trial's missing result files (its file loggers are off) after each run.

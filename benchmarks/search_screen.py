@@ -28,7 +28,7 @@ import optuna
 
 import search_efficiency as se
 from tuner.config import Budget
-from tuner.run import asha
+from tuner.tuning import asha
 from tuner.searcher import make_searcher
 
 
@@ -95,8 +95,8 @@ def main() -> None:
     ap.add_argument("--asha-cutoff", choices=("ranked", "interpolated"), help="ASHA's rung cutoff (default: tuner's)")
     args = ap.parse_args()
     if args.asha_cutoff:
-        import tuner.run
-        tuner.run.ASHA_CUTOFF = args.asha_cutoff
+        import tuner.tuning
+        tuner.tuning.ASHA_CUTOFF = args.asha_cutoff
     searchers = args.searchers.split(",")
     allowed = {"optuna_search", "random", *(v for v, o in se.VARIANTS.items() if "space" not in o)}
     if searchers[0] != "ours" or not set(searchers) <= allowed:

@@ -19,8 +19,8 @@ import torch
 import torch.nn.functional as F
 
 from trainables.config import ModelConfig
-from trainables.models import build_model
-from trainables.step import TrainStep
+from trainables.training.models import build_model
+from trainables.training.step import TrainStep
 
 TARGET_OVERHEAD = 0.03
 

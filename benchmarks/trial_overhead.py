@@ -18,7 +18,7 @@ its end; the compute each epoch reports (epoch_s) is taken out, so what remains 
 A third run alternates the in-process trials between reservations (1 and 2 CPUs, as the
 torch loader's num_workers decides), so Tune cannot reuse one actor for them.
 The rows run twice, each on its own local Ray: as `tuner run` starts them (the fork server of
-trainables/forkserver.py forks each trial's training process, torch already imported) and
+trainables/runtime/forkserver.py forks each trial's training process, torch already imported) and
 without it (TUNER_FORK_SERVER=off: the trial trains in its own actor process).
 Targets on 2 cores: in-process start+end <= 2 s (both ways); a DDP trial as the defaults
 start it (ranks started by the trial) start+end <= 10 s and report <= 0.5 s.  TorchTrainer
@@ -40,9 +40,9 @@ os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_
 import ray  # noqa: E402
 from ray import tune  # noqa: E402
 
-from trainables import forkserver  # noqa: E402
+from trainables.runtime import forkserver  # noqa: E402
 from trainables.config import TrainConfig  # noqa: E402
-from trainables.trainable import make_trainable  # noqa: E402
+from trainables.runtime.trainable import make_trainable  # noqa: E402
 
 EPOCHS, TRIALS = 6, 3
 

@@ -4,9 +4,9 @@ import os
 import pytest
 import torch
 
-from trainables import checkpoint as ck
+from trainables.runtime import checkpoint as ck
 from trainables.loop import train_loop
-from trainables.session import PlainSession
+from trainables.runtime.session import PlainSession
 
 from conftest import digits_config
 
@@ -163,7 +163,7 @@ def test_no_intact_checkpoint_fails_clearly_naming_each(cache_dir, tmp_path):
 
 
 def test_kept_checkpoints_are_listed_newest_first(tmp_path):
-    from trainables.session import kept_beside
+    from trainables.runtime.session import kept_beside
     for name in ("checkpoint_000002", "checkpoint_000010", "checkpoint_000009", "other"):
         (tmp_path / "tune" / name).mkdir(parents=True)
     assert [os.path.basename(p) for p in kept_beside(tmp_path / "tune" / "checkpoint_000010")] == \
@@ -192,7 +192,7 @@ def test_ranks_that_resumed_from_different_epochs_stop_with_a_clear_error(monkey
 def test_a_ray_checkpoint_on_a_local_disk_is_read_in_place(tmp_path):
     from types import SimpleNamespace
 
-    from trainables.session import local_folder
+    from trainables.runtime.session import local_folder
     assert local_folder(SimpleNamespace(path=str(tmp_path))) == str(tmp_path)
     copied = SimpleNamespace(path="s3://bucket/run/checkpoint_1", to_directory=lambda: "/tmp/copy")
     assert local_folder(copied) == "/tmp/copy" and local_folder(None) is None

@@ -154,7 +154,7 @@ def test_cli_help():
 
 
 def test_a_trial_that_cannot_fit_the_cluster_is_refused_and_concurrency_is_capped():
-    from tuner.run import ClusterError, fitting_concurrency
+    from tuner.cluster import ClusterError, fitting_concurrency
     exp = parse(GOOD + "resources: {workers: 2, cpus_per_worker: 2, gpus_per_worker: 1}\n")
     with pytest.raises(ClusterError, match="needs 2 GPU"):
         fitting_concurrency(exp, {"CPU": 16.0, "GPU": 1.0})
@@ -247,7 +247,7 @@ def test_train_profile_flag_writes_the_trace_under_out(tmp_path):
 
 
 def test_a_trial_reserves_what_its_config_uses():
-    from trainables.trainable import ACCELERATOR_SHARE, DRIVER_CPU, trial_resources, worker_resources
+    from trainables.runtime.trainable import ACCELERATOR_SHARE, DRIVER_CPU, trial_resources, worker_resources
     assert worker_resources({"loader": "torch", "num_workers": 4}, 1, 0) == {"CPU": 5.0}       # 4 loaders + itself
     assert worker_resources({"loader": "torch", "num_workers": 4}, 8, 0) == {"CPU": 8}         # cpus_per_worker larger
     assert worker_resources({"loader": "device", "num_workers": 4}, 1, 0.5) == {"CPU": 1, "GPU": 0.5}
@@ -256,7 +256,7 @@ def test_a_trial_reserves_what_its_config_uses():
 
 
 def test_feasibility_and_concurrency_use_the_largest_draw_and_what_is_free():
-    from tuner.run import ClusterError, fitting_concurrency, largest_need
+    from tuner.cluster import ClusterError, fitting_concurrency, largest_need
     exp = parse("""
 name: r
 budget: {num_samples: 8}
@@ -286,8 +286,8 @@ def test_accelerator_needs_gpus_and_a_plain_name():
 def test_ddp_ranks_start_in_the_trial_when_one_node_holds_them_else_on_ray_train(monkeypatch, tmp_path):
     import ray
 
-    from tuner.run import AUTOSCALER_CONFIG_ENV, ClusterError, largest_need, resolve_ddp
-    from trainables.trainable import DRIVER_CPU
+    from tuner.cluster import AUTOSCALER_CONFIG_ENV, ClusterError, largest_need, resolve_ddp
+    from trainables.runtime.trainable import DRIVER_CPU
     spec = "name: d\nresources: {workers: 2, cpus_per_worker: 2, gpus_per_worker: 1%s}\n"
     exp = parse(spec % "")
     assert exp.resources.ddp == "auto" and largest_need(exp) == {"CPU": 4 + DRIVER_CPU, "GPU": 2}

@@ -9,9 +9,9 @@ import psutil
 import pytest
 import torch
 
-from trainables import data as D
+from trainables.data import loaders as L, sources as D
 from trainables.config import DataConfig
-from trainables.kernels import augment_torch
+from trainables.training.kernels import augment_torch
 
 CIFAR_CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
 
@@ -118,12 +118,12 @@ def decode(x: torch.Tensor) -> list[int]:
 
 def make_loader(mode, split, rank=0, world=1, batch=7):
     if mode == "device":
-        return D.DeviceLoader(split, batch_size=batch, device=torch.device("cpu"), scale=torch.ones(2),
+        return L.DeviceLoader(split, batch_size=batch, device=torch.device("cpu"), scale=torch.ones(2),
                               shift=torch.zeros(2), out_dtype=torch.float32, train=True, augment=False,
                               padding=1, flip=False, seed=5, rank=rank, world=world)
     cfg = DataConfig(loader="torch", augment=False)
     bundle = D.DataBundle(split, split, split, 1, np.zeros(2, np.float32), np.ones(2, np.float32))
-    return D.torch_loader(cfg, bundle, split, batch_size=batch, train=True, seed=5, rank=rank, world=world)
+    return L.torch_loader(cfg, bundle, split, batch_size=batch, train=True, seed=5, rank=rank, world=world)
 
 
 @pytest.mark.parametrize("mode", ["device", "torch"])
@@ -132,7 +132,7 @@ def test_one_process_sees_every_training_sample_once_per_epoch(mode):
     loader = make_loader(mode, split)
     orders = []
     for epoch in (1, 2):
-        D.set_epoch(loader, epoch)
+        L.set_epoch(loader, epoch)
         seen = [i for x, _ in loader for i in decode(x)]
         assert sorted(seen) == list(range(300))
         orders.append(seen)
@@ -146,7 +146,7 @@ def test_ddp_shards_are_disjoint_equal_and_drop_fewer_than_world(mode):
     shards, steps = [], []
     for rank in range(world):
         loader = make_loader(mode, split, rank=rank, world=world, batch=5)
-        D.set_epoch(loader, 4)
+        L.set_epoch(loader, 4)
         seen = [i for x, _ in loader for i in decode(x)]
         shards.append(seen)
         steps.append(len(loader))
@@ -160,7 +160,7 @@ def test_num_workers_two_really_runs_two_worker_processes():
     split = index_split(200)
     cfg = DataConfig(loader="torch", augment=False, num_workers=2)
     bundle = D.DataBundle(split, split, split, 1, np.zeros(2, np.float32), np.ones(2, np.float32))
-    loader = D.torch_loader(cfg, bundle, split, batch_size=4, train=True, seed=0)
+    loader = L.torch_loader(cfg, bundle, split, batch_size=4, train=True, seed=0)
     me = psutil.Process()
     before = {p.pid for p in me.children(recursive=True)}
     it = iter(loader)
@@ -173,20 +173,20 @@ def test_num_workers_two_really_runs_two_worker_processes():
 def test_augmentation_statistics():
     n, pad = 4000, 4
     split = D.Split(np.full((n, 1, 8, 8), 200, np.uint8), np.zeros(n, np.int64))
-    loader = D.DeviceLoader(split, batch_size=n, device=torch.device("cpu"), scale=torch.ones(1),
+    loader = L.DeviceLoader(split, batch_size=n, device=torch.device("cpu"), scale=torch.ones(1),
                             shift=torch.zeros(1), out_dtype=torch.float32, train=True, augment=True,
                             padding=pad, flip=True, seed=0)
     captured = {}
-    real = D.kernels.augment
+    real = L.kernels.augment
 
     def spy(images, offsets, flips, *a, **k):
         captured.update(offsets=offsets.clone(), flips=flips.clone())
         return real(images, offsets, flips, *a, **k)
-    D.kernels.augment = spy
+    L.kernels.augment = spy
     try:
         next(iter(loader))
     finally:
-        D.kernels.augment = real
+        L.kernels.augment = real
     off, fl = captured["offsets"], captured["flips"]
     assert 0.45 < fl.float().mean() < 0.55
     assert off.min() == 0 and off.max() == 2 * pad and off.float().mean().sub(pad).abs() < 0.2
@@ -196,7 +196,7 @@ def test_normalised_batches_have_zero_mean_unit_std(tmp_path):
     cfg = DataConfig(dataset="digits", cache_dir=str(tmp_path))
     d = D.load_data(cfg)
     scale, shift = d.scale_shift
-    loader = D.DeviceLoader(d.train, batch_size=len(d.train), device=torch.device("cpu"), scale=scale, shift=shift,
+    loader = L.DeviceLoader(d.train, batch_size=len(d.train), device=torch.device("cpu"), scale=scale, shift=shift,
                             out_dtype=torch.float32, train=False, augment=False, padding=1, flip=False, seed=0)
     x, _ = next(iter(loader))
     assert abs(float(x.mean())) < 1e-3 and abs(float(x.std()) - 1) < 1e-2
@@ -233,7 +233,7 @@ def test_augment_equals_a_plain_per_sample_loop(padding):
 
 BUILD = """
 import sys
-from trainables import data as D
+from trainables.data import loaders as L, sources as D
 from trainables.config import DataConfig
 D.load_arrays(DataConfig(dataset="digits", cache_dir=sys.argv[1]))
 """
@@ -257,7 +257,7 @@ def test_loader_settings_refused_in_device_mode():
 
 def test_torch_loader_trains_in_the_loop_and_reports_test_accuracy(tmp_path):
     from trainables.loop import train_loop
-    from trainables.session import PlainSession
+    from trainables.runtime.session import PlainSession
     s = PlainSession("cpu")
     m = train_loop({"dataset": "digits", "cache_dir": str(tmp_path), "loader": "torch", "epochs": 2,
                     "flip": False, "crop_padding": 1, "eval_test": True, "precomputed_augment": 2}, s)

@@ -10,7 +10,7 @@ import torch.multiprocessing as mp
 from torch import nn
 
 from trainables.loop import NO_FORWARD_BUFFER_SYNC
-from trainables.step import DivergedError, TrainStep
+from trainables.training.step import DivergedError, TrainStep
 
 
 def _run_body(rank: int, body) -> dict:

@@ -4,8 +4,8 @@ import pytest
 import torch
 from torch import nn
 
-from trainables import checkpoint as ck
-from trainables.step import TrainStep
+from trainables.runtime import checkpoint as ck
+from trainables.training.step import TrainStep
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
@@ -31,7 +31,7 @@ def test_gpu_checkpoint_loads_on_cpu(tmp_path):
 
 def test_train_loop_on_cuda_with_kernels(tmp_path):
     from trainables.loop import train_loop
-    from trainables.session import PlainSession
+    from trainables.runtime.session import PlainSession
     m = train_loop({"dataset": "digits", "cache_dir": str(tmp_path), "epochs": 2, "precision": "bf16",
                     "kernels": "auto", "flip": False, "crop_padding": 1}, PlainSession("cuda"))
     assert m["status"] == "ok" and m["val_acc"] > 0.5
@@ -60,7 +60,7 @@ def test_the_step_does_not_wait_for_the_gpu_between_syncs():
 def test_a_cuda_trial_reports_nvml_and_torch_memory_figures(tmp_path):
     pytest.importorskip("pynvml", reason="nvidia-ml-py is not installed")
     from trainables.loop import train_loop
-    from trainables.session import PlainSession
+    from trainables.runtime.session import PlainSession
     m = train_loop({"dataset": "digits", "cache_dir": str(tmp_path), "epochs": 1, "flip": False,
                     "crop_padding": 1}, PlainSession("cuda"))
     print({k: m[k] for k in m if k.startswith(("gpu_", "cuda_"))})
@@ -73,15 +73,15 @@ def test_a_training_process_forked_by_the_fork_server_trains_on_cuda(tmp_path, m
     from dataclasses import asdict
 
     from conftest import digits_config
-    from trainables import forkserver
-    from trainables.ranks import run_ranks
-    from trainables.session import PlainSession
+    from trainables.runtime import forkserver
+    from trainables.runtime.ranks import run_ranks
+    from trainables.runtime.session import PlainSession
     path = forkserver.start()
     assert path
 
     def no_new_python(*a, **k):
         raise AssertionError("the rank was not forked by the server")
-    monkeypatch.setattr("trainables.ranks.subprocess.Popen", no_new_python)
+    monkeypatch.setattr("trainables.runtime.ranks.subprocess.Popen", no_new_python)
     try:
         cfg = digits_config(str(tmp_path / "cache"), epochs=1, max_steps_per_epoch=3, device="cuda")
         session = PlainSession("cpu")

@@ -5,7 +5,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from trainables.gpu_monitor import GIB, GpuMonitor
+from trainables.observe.gpu_monitor import GIB, GpuMonitor
 
 
 class FakeNvml:

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from trainables import kernels
+from trainables.training import kernels
 from trainables.config import ConfigError
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")
@@ -24,7 +24,7 @@ def aug_inputs(n, c, h, w, pad, seed):
 
 @pytest.mark.parametrize("n,c,h,w,pad", [(1, 3, 32, 32, 4), (7, 3, 5, 9, 2), (13, 1, 8, 8, 1), (3, 2, 6, 6, 0)])
 def test_augment_kernel_is_bit_exact_in_fp32(n, c, h, w, pad):
-    from trainables.kernels.augment_triton import augment_triton
+    from trainables.training.kernels.augment_triton import augment_triton
     args = aug_inputs(n, c, h, w, pad, seed=n)
     ref = kernels.augment_torch(*args, torch.float32, pad)
     got = augment_triton(*args, torch.float32, pad)
@@ -37,7 +37,7 @@ def test_augment_kernel_is_bit_exact_in_fp32(n, c, h, w, pad):
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_augment_kernel_within_dtype_tolerance(dtype):
-    from trainables.kernels.augment_triton import augment_triton
+    from trainables.training.kernels.augment_triton import augment_triton
     args = aug_inputs(9, 3, 7, 11, 3, seed=3)
     ref = kernels.augment_torch(*args, dtype, 3)
     got = augment_triton(*args, dtype, 3)
@@ -57,7 +57,7 @@ def smoothed_ce(logits, target, eps):
 @pytest.mark.parametrize("n,c", [(1, 10), (7, 10), (33, 100), (5, 1000), (3, 3)])
 @pytest.mark.parametrize("eps", [0.0, 0.1, 0.3])
 def test_cross_entropy_forward_and_backward_match(n, c, eps):
-    from trainables.kernels.cross_entropy_triton import cross_entropy_triton
+    from trainables.training.kernels.cross_entropy_triton import cross_entropy_triton
     g = torch.Generator().manual_seed(n * c)
     logits = (torch.randn(n, c, generator=g) * 3).to(DEV).requires_grad_()
     target = torch.randint(0, c, (n,), generator=g).to(DEV)
@@ -71,7 +71,7 @@ def test_cross_entropy_forward_and_backward_match(n, c, eps):
 
 
 def test_cross_entropy_from_bf16_logits_under_autocast():
-    from trainables.kernels.cross_entropy_triton import cross_entropy_triton
+    from trainables.training.kernels.cross_entropy_triton import cross_entropy_triton
     g = torch.Generator().manual_seed(0)
     x = torch.randn(9, 10, generator=g).to(DEV)
     w = torch.randn(10, 10, generator=g).to(DEV).requires_grad_()
@@ -118,9 +118,9 @@ class Spy:
 
 @pytest.mark.parametrize("choice", ["triton", "torch"])
 def test_training_launches_triton_kernels_only_when_asked(choice, tmp_path, monkeypatch):
-    from trainables.kernels import augment_triton as at, cross_entropy_triton as ct
+    from trainables.training.kernels import augment_triton as at, cross_entropy_triton as ct
     from trainables.loop import train_loop
-    from trainables.session import PlainSession
+    from trainables.runtime.session import PlainSession
     spies = {"aug": Spy(at._augment_kernel), "fwd": Spy(ct._ce_fwd), "bwd": Spy(ct._ce_bwd)}
     monkeypatch.setattr(at, "_augment_kernel", spies["aug"])
     monkeypatch.setattr(ct, "_ce_fwd", spies["fwd"])
@@ -138,7 +138,7 @@ def test_training_launches_triton_kernels_only_when_asked(choice, tmp_path, monk
 
 
 def test_augment_kernel_reads_resident_prepadded_data():
-    from trainables.kernels.augment_triton import augment_triton
+    from trainables.training.kernels.augment_triton import augment_triton
     imgs, off, fl, scale, shift = aug_inputs(6, 3, 7, 9, 3, seed=11)
     idx = torch.tensor([5, 0, 2, 2, 4, 1], device=DEV)
     padded = torch.nn.functional.pad(imgs, (3, 3, 3, 3))

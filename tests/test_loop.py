@@ -6,8 +6,8 @@ import torch
 
 from trainables import loop
 from trainables.loop import train_loop
-from trainables.session import PlainSession
-from trainables.step import TrainStep
+from trainables.runtime.session import PlainSession
+from trainables.training.step import TrainStep
 
 from conftest import digits_config
 
@@ -59,7 +59,7 @@ def test_out_of_memory_ends_the_trial_as_infeasible(cache_dir, monkeypatch):
 
 
 def test_profile_writes_a_chrome_trace_of_the_active_steps_for_one_trial_only(cache_dir, tmp_path):
-    from trainables import profiling
+    from trainables.observe import profiling
     folder = tmp_path / "profiles"
     cfg = digits_config(cache_dir, epochs=2, max_steps_per_epoch=3, profile=True, profile_dir=str(folder))
     train_loop(cfg, PlainSession("cpu"))   # 6 steps: the schedule (1 wait, 1 warmup, 3 active) spans epochs
@@ -77,7 +77,7 @@ def test_profile_writes_a_chrome_trace_of_the_active_steps_for_one_trial_only(ca
 def test_model_histograms_and_graph_are_written_only_when_asked(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from trainables.loop import train_loop
-    from trainables.session import PlainSession
+    from trainables.runtime.session import PlainSession
     board = tmp_path / "model"
     m = train_loop(digits_config(tmp_path / "cache", epochs=2, tb_histograms=True, tb_graph=True, tb_dir=str(board)),
                    PlainSession("cpu"))

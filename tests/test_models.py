@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from trainables.config import ModelConfig
-from trainables.models import build_model, head_of
+from trainables.training.models import build_model, head_of
 
 SIZES = {"convnet": (3, 16), "resnet18": (3, 16), "resnet50": (3, 32), "mobilenet_v3_small": (3, 32),
          "efficientnet_b0": (3, 32)}

@@ -2,8 +2,8 @@ import pytest
 import torch
 
 from trainables.config import ModelConfig, PruneConfig
-from trainables.models import build_model
-from trainables.pruning import make_permanent, prune_to, sparsity, target_sparsity
+from trainables.training.models import build_model
+from trainables.training.pruning import make_permanent, prune_to, sparsity, target_sparsity
 
 
 @pytest.mark.parametrize("scope", ["global", "layer"])

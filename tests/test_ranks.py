@@ -1,7 +1,7 @@
-"""A DDP trial's ranks as processes of the trial (trainables/ranks.py), without Ray: the same
+"""A DDP trial's ranks as processes of the trial (trainables/runtime/ranks.py), without Ray: the same
 train_loop on two gloo ranks, rank 0's reports only, restarts from the latest checkpoint, and
 no rank outliving the process that started it.  Each runs both ways a rank starts: a new Python
-process, and a fork of the warm fork server (trainables/forkserver.py)."""
+process, and a fork of the warm fork server (trainables/runtime/forkserver.py)."""
 import os
 import signal
 import subprocess
@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from conftest import digits_config
-from trainables import checkpoint as ckpt_io
-from trainables import forkserver
-from trainables.ranks import RankError, run_ranks
-from trainables.session import PlainSession
+from trainables.runtime import checkpoint as ckpt_io
+from trainables.runtime import forkserver
+from trainables.runtime.ranks import RankError, run_ranks
+from trainables.runtime.session import PlainSession
 
 
 def _job(cache_dir, **over) -> dict:
@@ -49,13 +49,13 @@ def fork_server():
 
 @pytest.fixture(params=["python", "fork server"])
 def start(request, monkeypatch):
-    """How the ranks start: `python -m trainables.ranks`, or forked by the server."""
+    """How the ranks start: `python -m trainables.runtime.ranks`, or forked by the server."""
     if request.param == "fork server":
         monkeypatch.setenv(forkserver.ENV, request.getfixturevalue("fork_server"))
 
         def no_new_python(*a, **k):   # a rank the server did not fork would pass unnoticed
             raise AssertionError("a rank was started as a new Python, not forked by the server")
-        monkeypatch.setattr("trainables.ranks.subprocess.Popen", no_new_python)
+        monkeypatch.setattr("trainables.runtime.ranks.subprocess.Popen", no_new_python)
     else:
         monkeypatch.delenv(forkserver.ENV, raising=False)
     return request.param
@@ -122,9 +122,9 @@ import sys
 from dataclasses import asdict
 sys.path.insert(0, {tests!r})
 from conftest import digits_config
-from trainables import forkserver
-from trainables.ranks import run_ranks
-from trainables.session import PlainSession
+from trainables.runtime import forkserver
+from trainables.runtime.ranks import run_ranks
+from trainables.runtime.session import PlainSession
 if {fork!r}:
     forkserver.start()
 cfg = digits_config({cache!r}, workers=2, epochs=3, micro_batch_size=32, max_steps_per_epoch=3, fault_dir={faults!r})
@@ -209,7 +209,7 @@ def test_a_forked_process_exit_status_comes_back_and_without_a_server_spawn_says
 @pytest.mark.timeout(60)
 def test_a_one_worker_training_process_fails_with_its_own_error(cache_dir, tmp_path, start):
     # What a trial that trained in its own process would raise (the status and error file name it).
-    from trainables.data import DataError
+    from trainables.data.sources import DataError
     job = _job(cache_dir, workers=1, dataset="cifar10", data_root=str(tmp_path / "no-data"))
     with pytest.raises(DataError, match="CIFAR-10 not found") as raised:
         run_ranks(1, job, PlainSession("cpu"), restarts=0)

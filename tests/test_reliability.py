@@ -69,7 +69,7 @@ def test_cache_dir_blocked_by_a_file_is_refused_before_ray(tmp_path):
 
 
 def test_low_free_space_is_refused_before_ray_and_before_any_folder(tmp_path, monkeypatch):
-    from trainables import preflight
+    from trainables.runtime import preflight
     from tuner import run as run_mod
     monkeypatch.setattr(preflight, "free_bytes", lambda path: 10 << 20)   # 10 MiB left
 
@@ -102,7 +102,7 @@ def _fake_experiment(tmp_path) -> Path:
 @pytest.mark.parametrize("target", [".", "searcher-state-0.pkl"])
 def test_state_writable_by_others_is_refused_before_it_is_read(tmp_path, target, capsys):
     from tuner.cli import main
-    from tuner.run import load_saved
+    from tuner.experiment import load_saved
     exp_dir = _fake_experiment(tmp_path)
     (exp_dir / target).chmod(0o777 if target == "." else 0o666)
     with pytest.raises(ExperimentError, match="writable by group or others"):
@@ -159,7 +159,7 @@ def test_the_gcs_grpc_port_refuses_calls_without_the_token(ray_address):
 
 
 def test_group_writable_state_is_trusted_only_for_the_users_private_group(tmp_path):
-    from tuner.run import _private_group, load_saved
+    from tuner.experiment import _private_group, load_saved
     exp_dir = _fake_experiment(tmp_path)
     exp_dir.chmod(0o775)                      # what umask 002 gives
     if _private_group(exp_dir.stat().st_gid):
@@ -176,8 +176,8 @@ def test_a_node_that_leaves_during_the_node_check_is_skipped_and_one_still_liste
     # preflight failure: its pinned task cannot be scheduled, and the node is gone by then.
     import ray
 
-    from trainables.preflight import PreflightError
-    from tuner.run import NodeCheck
+    from trainables.runtime.preflight import PreflightError
+    from tuner.cluster import NodeCheck
     (tmp_path / "runs").mkdir()
     check = NodeCheck(parse(f"name: leaving\nstorage_path: {tmp_path / 'runs'}\n"))
     real = ray.nodes()

@@ -63,7 +63,7 @@ def test_trials_asha_let_through_a_rung_unjudged_are_told_only_up_to_it():
 
 def test_the_searchers_rungs_are_the_schedulers():
     from tuner.config import Budget
-    from tuner.run import asha
+    from tuner.tuning import asha
     from tuner.searcher import asha_rungs
     for grace, top, eta in ((1, 9, 3), (1, 15, 3), (2, 9, 3), (1, 8, 2), (3, 27, 3)):
         budget = Budget(num_samples=8, max_epochs=top, grace_epochs=grace, reduction_factor=eta)
@@ -185,7 +185,7 @@ def test_a_diverging_trials_loss_at_a_rung_does_not_let_chance_level_trials_thro
     from dataclasses import dataclass
 
     from tuner.config import Budget
-    from tuner.run import asha
+    from tuner.tuning import asha
 
     @dataclass
     class T:

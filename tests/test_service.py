@@ -138,7 +138,7 @@ def test_export_models_recompute_the_reported_accuracy(small_run, tmp_path):
 
 
 def test_export_refuses_a_corrupt_checkpoint_and_writes_nothing(small_run, tmp_path, capsys):
-    from trainables import checkpoint as ckpt_io
+    from trainables.runtime import checkpoint as ckpt_io
     from tuner.cli import main
     from tuner.results import select, trials
     exp, _ = small_run
@@ -182,7 +182,7 @@ def test_exported_config_trains_again(small_run, tmp_path):
 def test_two_worker_ddp_trial_through_torchtrainer(ray_address, tmp_path, monkeypatch):
     from test_data import write_cifar
     import torchvision.datasets.cifar as tvc
-    from trainables import data as D
+    from trainables.data import sources as D
     from trainables.config import DataConfig
     monkeypatch.setattr(tvc, "check_integrity", lambda fpath, md5=None: os.path.isfile(fpath))
     root, cache = tmp_path / "data", tmp_path / "cache"
@@ -199,7 +199,7 @@ def test_two_worker_ddp_trial_through_torchtrainer(ray_address, tmp_path, monkey
     summary = json.loads((exp_dir / "summary.json").read_text())
     assert summary["trials"] == 1 and not summary["errors"] and summary["best"]["epoch"] == 2
     from tuner.results import trials
-    from tuner.run import load_saved
+    from tuner.experiment import load_saved
     row = trials(load_saved(exp_dir))[0]
     assert row.status == "ok" and row.metrics["global_batch_size"] == 16  # 8 per worker x 2 workers
     assert row.checkpoint and Path(row.checkpoint, "checkpoint.pt").is_file()
@@ -321,7 +321,7 @@ def test_resume_after_interrupt_finishes_every_trial_without_restarting(ray_addr
     for name, rows in _rows_by_trial(exp_dir).items():
         _assert_keeps_the_best_two_and_the_latest(rows, set(_kept(exp_dir / name)))
     from tuner.results import trials
-    from tuner.run import load_saved
+    from tuner.experiment import load_saved
     assert sorted(row.state for row in trials(load_saved(exp_dir))) == ["TERMINATED"] * 3
 
 
@@ -335,7 +335,7 @@ def test_run_refuses_a_trial_the_cluster_cannot_hold(ray_address, tmp_path):
 
 def _kept(folder: Path) -> dict[int, str]:
     """The checkpoints kept in a trial's or Train run's folder: epoch -> the SHA-256 of its weights."""
-    from trainables import checkpoint as ckpt_io
+    from trainables.runtime import checkpoint as ckpt_io
     out = {}
     for f in folder.glob("checkpoint_*/checkpoint.pt"):
         try:
@@ -422,7 +422,7 @@ def test_five_diverging_ddp_trials_end_diverged_without_a_rank_aborting_and_expo
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     exp_dir = tmp_path / "runs" / "all-diverge"
     from tuner.results import trials
-    from tuner.run import load_saved
+    from tuner.experiment import load_saved
     rows = trials(load_saved(exp_dir))
     assert len(rows) == 5 and all(row.state == "TERMINATED" and row.status == "diverged" for row in rows), \
         [(row.trial_id, row.state, row.status) for row in rows]
@@ -457,7 +457,7 @@ def test_a_killed_trial_actor_is_retried_from_its_checkpoint(ray_address, tmp_pa
         [(r["epoch"], r["pid"]) for r in rows]
     assert rows[2]["resumed_from_epoch"] == 2
     from tuner.results import trials
-    from tuner.run import load_saved
+    from tuner.experiment import load_saved
     (row,) = trials(load_saved(exp_dir))
     assert row.state == "TERMINATED" and row.status == "ok", (row.state, row.status)
 
@@ -503,7 +503,7 @@ def test_a_killed_run_leaves_no_ray_behind_after_resume_and_loses_no_trial(ray_a
     # The suite's own Ray was not touched.
     assert ray.get(ray.remote(lambda: 41 + 1).remote(), timeout=60) == 42
     from tuner.results import trials
-    from tuner.run import load_saved
+    from tuner.experiment import load_saved
     rows = trials(load_saved(exp_dir))
     assert len(rows) == 2 and all(row.state == "TERMINATED" and row.status == "ok" for row in rows), \
         [(row.trial_id, row.state, row.status) for row in rows]
@@ -583,7 +583,7 @@ search:
     assert path.is_file() and path.parent.parent == tmp_path / "runs" / "err"   # inside the experiment folder
     s = _cli("status", str(tmp_path / "runs" / "err"))
     assert s.returncode == 0, s.stderr
-    assert "error: trainables.data.DataError: CIFAR-10 not found" in s.stdout and f"error file: {path}" in s.stdout
+    assert "error: trainables.data.sources.DataError: CIFAR-10 not found" in s.stdout and f"error file: {path}" in s.stdout
 
 
 def test_each_trial_reserves_the_cpus_its_loader_uses_and_status_shows_it(ray_address, tmp_path):

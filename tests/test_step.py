@@ -5,7 +5,7 @@ import torch
 from torch import nn
 
 from trainables.config import ConfigError
-from trainables.step import DivergedError, TrainStep
+from trainables.training.step import DivergedError, TrainStep
 
 
 def mlp():

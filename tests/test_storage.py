@@ -25,7 +25,7 @@ from ray_helpers import free_ports, interrupt_when
 
 pytest.importorskip("moto", reason="moto[server] (the test extra) runs the S3-compatible server")
 
-from trainables import storage  # noqa: E402
+from trainables.runtime import storage  # noqa: E402
 
 BUCKET = "tuner-results"
 

@@ -21,15 +21,18 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from . import checkpoint as ckpt_io
-from . import kernels, profiling, pruning
-from .gpu_monitor import GpuMonitor
-from .model_board import ModelBoard
-from .config import TrainConfig, check
-from .data import DeviceLoader, load_data, set_epoch, torch_loader
-from .models import build_model
-from .session import PlainSession, Session
-from .step import DTYPES, DivergedError, TrainStep
+from trainables.config import TrainConfig, check
+from trainables.data.loaders import DeviceLoader, set_epoch, torch_loader
+from trainables.data.sources import load_data
+from trainables.observe import profiling
+from trainables.observe.gpu_monitor import GpuMonitor
+from trainables.observe.model_board import ModelBoard
+from trainables.runtime import checkpoint as ckpt_io
+from trainables.runtime.session import PlainSession, Session
+from trainables.training import kernels, pruning
+from trainables.training.models import build_model
+from trainables.training.optim import build_optimizer, build_scheduler, make_loss
+from trainables.training.step import DTYPES, DivergedError, TrainStep
 
 log = logging.getLogger(__name__)
 
@@ -42,50 +45,6 @@ NO_FORWARD_BUFFER_SYNC = ({"forward_sync_buffers": False}
 
 class CheckpointWriteError(RuntimeError):
     """A checkpoint could not be written (disk full, I/O error): the trial ends, nothing is lost."""
-
-
-def build_optimizer(cfg: TrainConfig, model: nn.Module) -> torch.optim.Optimizer:
-    """The fused implementation where the parameters allow it: one kernel per step, and it
-    skips a step on the device when TrainStep flags non-finite values (no host read)."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    fused = all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params)
-    if cfg.optimizer == "adamw":
-        return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, fused=fused or None)
-    return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, nesterov=cfg.momentum > 0,
-                           weight_decay=cfg.weight_decay, fused=fused or None)
-
-
-def build_scheduler(cfg: TrainConfig, opt: torch.optim.Optimizer, steps_per_epoch: int):
-    """Per-step schedules (cosine, one-cycle, warmup) or per-epoch plateau; None for constant."""
-    total = max(1, cfg.epochs * steps_per_epoch)
-    warm = int(cfg.warmup_epochs * steps_per_epoch)
-    if cfg.scheduler == "onecycle":
-        return torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=cfg.lr, total_steps=total + 1)
-    if cfg.scheduler == "plateau":
-        return torch.optim.lr_scheduler.ReduceLROnPlateau(opt, mode="min", factor=0.2, patience=1)
-    if cfg.scheduler == "none" and warm == 0:
-        return None
-
-    def factor(s: int) -> float:
-        if s < warm:
-            return (s + 1) / warm
-        if cfg.scheduler == "none":
-            return 1.0
-        return 0.5 * (1.0 + math.cos(math.pi * min(1.0, (s - warm) / max(1, total - warm))))
-    return torch.optim.lr_scheduler.LambdaLR(opt, factor)
-
-
-def make_loss(cfg: TrainConfig, impl: str, rank: int = 0):
-    def loss_fn(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return kernels.cross_entropy(logits, y, cfg.label_smoothing, impl=impl)
-
-    if cfg.inject_fault == "nan_loss":
-        return lambda logits, y: loss_fn(logits, y) * float("nan")
-    if cfg.inject_fault == "oom" or (cfg.inject_fault == "oom_rank1" and rank == 1):
-        def oom(logits, y):
-            raise torch.OutOfMemoryError(f"injected fault: CUDA out of memory (inject_fault={cfg.inject_fault})")
-        return oom
-    return loss_fn
 
 
 def write_pid_file(cfg: TrainConfig, rank: int) -> None:

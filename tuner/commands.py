@@ -10,14 +10,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from trainables.checkpoint import CheckpointError
 from trainables.config import ConfigError
-from trainables.preflight import PreflightError
+from trainables.runtime.checkpoint import CheckpointError
+from trainables.runtime.preflight import PreflightError
 
 from .config import ExperimentError
 from .text import params_text, sig4
-
-
 
 
 def _err(msg: str) -> None:
@@ -25,7 +23,7 @@ def _err(msg: str) -> None:
 
 
 def run_verb(args) -> int:
-    from .run import ClusterError
+    from .cluster import ClusterError
     try:
         return VERBS[args.verb](args)
     except ExperimentError as e:
@@ -78,7 +76,7 @@ def cmd_resume(args) -> int:
 
 def cmd_status(args) -> int:
     from .results import reserved_text, select, trials
-    from .run import load_saved
+    from .experiment import load_saved
     exp = load_saved(args.exp_dir)
     rows = trials(exp)
     try:
@@ -137,7 +135,8 @@ def cmd_report(args) -> int:
 
 def cmd_train(args) -> int:
     from trainables.loop import train_loop
-    from trainables.session import PlainSession
+    from trainables.runtime.session import PlainSession
+
     from .config import load_train_config
     cfg = load_train_config(args.config, args.set + (["profile=true"] if args.profile else []))
     if cfg.profile and not cfg.profile_dir:
@@ -148,7 +147,7 @@ def cmd_train(args) -> int:
     session = PlainSession(cfg.device, storage=args.out)
     if cfg.workers > 1:
         # The DDP ranks a trial starts on its node, here without Ray: one process per rank.
-        from trainables.ranks import RankError, run_ranks
+        from trainables.runtime.ranks import RankError, run_ranks
         job = {"config": cfg.to_dict(), "device": cfg.device, "log": "INFO",
                "threads": max(1, (os.cpu_count() or 1) // cfg.workers)}
         try:

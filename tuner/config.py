@@ -10,8 +10,8 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import itertools
-import os
 import math
+import os
 import re
 import typing
 from pathlib import Path
@@ -20,9 +20,9 @@ from typing import Any, Literal, Optional
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
-from trainables import storage
 from trainables.config import TORCH_LOADER_FIELDS, TrainConfig, problems_of, range_text
 from trainables.config import branch_name as qualified
+from trainables.runtime import storage
 
 STRICT = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)  # no .inf/.nan anywhere
 # Known training-set sizes, to check that a global batch fits (None: unknown until loaded).

@@ -9,7 +9,6 @@ inputs; metrics.json carries the mean and std to normalise with.
 from __future__ import annotations
 
 import json
-import shutil
 import warnings
 from pathlib import Path
 from typing import Any
@@ -17,16 +16,16 @@ from typing import Any
 import torch
 import yaml
 
-from trainables import checkpoint as ckpt_io
 from trainables.config import TrainConfig
-from trainables.data import DeviceLoader, load_data
-from trainables.models import build_model
-from trainables.pruning import make_permanent, restore_masks
+from trainables.data.loaders import DeviceLoader
+from trainables.data.sources import load_data
+from trainables.runtime import checkpoint as ckpt_io
+from trainables.training.models import build_model
+from trainables.training.pruning import make_permanent, restore_masks
 
 from .config import ExperimentError, branch_taken
 from .results import select, trials
-from .run import load_saved, local_checkpoint
-
+from .experiment import load_saved, local_checkpoint
 
 # ---------------------------------------------------------------- export
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from trainables.storage import is_uri
+from trainables.runtime.storage import is_uri
 
 from .config import Experiment
 

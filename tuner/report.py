@@ -436,7 +436,7 @@ def _img(path: Path, alt: str) -> str:
 
 def build(exp_dir: str | Path, out: str | Path | None = None, k: int = TOP_K) -> dict[str, Any]:
     """Write the PNGs, report.html and next.yaml into `out` (default EXP_DIR/report)."""
-    from .run import load_saved
+    from .experiment import load_saved
     exp = load_saved(exp_dir)
     out = Path(out) if out else exp.exp_dir / "report"
     out.mkdir(parents=True, exist_ok=True)

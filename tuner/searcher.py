@@ -8,7 +8,7 @@ one as COMPLETE, and one that ended with status diverged/infeasible as FAIL.  A 
 never told to Optuna.
 
 A search of fewer than GUIDED_FROM trials draws from a scrambled Sobol sequence instead of TPE,
-and ASHA's brackets take their rung cutoff by rank (RankedBracket, used by tuner.run.asha).
+and ASHA's brackets take their rung cutoff by rank (RankedBracket, used by tuner.tuning.asha).
 """
 from __future__ import annotations
 
@@ -95,7 +95,7 @@ def make_searcher(search: dict, metric: str | list[str], mode: str | list[str], 
 
 class RankedBracket(_Bracket):
     """ASHA's bracket with its rung cutoff taken by rank: a value some trial recorded there
-    (tuner.run.asha says why)."""
+    (tuner.tuning.asha says why)."""
 
     def cutoff(self, recorded):
         if not recorded:

@@ -20,7 +20,11 @@ from .config import Experiment, SearchEntry, branch_of, qualified
 def distribution(e: SearchEntry):
     """The Optuna distribution of a search entry (a log range ignores q: Optuna has no
     quantised log scale; the drawn value is rounded to q afterwards)."""
-    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+    from optuna.distributions import (
+        CategoricalDistribution,
+        FloatDistribution,
+        IntDistribution,
+    )
     if e.type == "choice":
         return CategoricalDistribution(list(e.values or []))
     if e.type == "int":

@@ -11,9 +11,9 @@ import os
 
 import torch
 
-from ..config import ConfigError
-from .augment_ref import augment_torch
-from .cross_entropy_ref import cross_entropy_torch
+from trainables.config import ConfigError
+from trainables.training.kernels.augment_ref import augment_torch
+from trainables.training.kernels.cross_entropy_ref import cross_entropy_torch
 
 __all__ = ["resolve", "triton_reason", "augment", "cross_entropy", "augment_torch", "cross_entropy_torch"]
 
@@ -50,13 +50,15 @@ def augment(images, offsets, flips, scale, shift, out_dtype=torch.float32, paddi
     """See augment_ref.augment_torch; `index`/`prepadded` read a batch straight from
     resident data padded once."""
     if impl == "triton":
-        from .augment_triton import augment_triton
+        from trainables.training.kernels.augment_triton import augment_triton
         return augment_triton(images, offsets, flips, scale, shift, out_dtype, padding, index, prepadded)
     return augment_torch(images, offsets, flips, scale, shift, out_dtype, padding, index, prepadded)
 
 
 def cross_entropy(logits, target, label_smoothing: float = 0.0, impl: str = "torch"):
     if impl == "triton":
-        from .cross_entropy_triton import cross_entropy_triton
+        from trainables.training.kernels.cross_entropy_triton import (
+            cross_entropy_triton,
+        )
         return cross_entropy_triton(logits, target, label_smoothing)
     return cross_entropy_torch(logits, target, label_smoothing)

@@ -1,13 +1,13 @@
 """The Tune trainable: for one worker, train_loop in a process forked by this machine's fork
-server (trainables/forkserver.py) or, without one, in the trial itself; for two or more, ranks
-the trial starts on its own node (trainables/ranks.py, when they fit one node) or a Ray Train
+server (trainables/runtime/forkserver.py) or, without one, in the trial itself; for two or more, ranks
+the trial starts on its own node (trainables/runtime/ranks.py, when they fit one node) or a Ray Train
 TorchTrainer (ranks on any nodes).  All of them report the same metrics and checkpoints."""
 from __future__ import annotations
 
 import os
 from typing import Any, Callable
 
-from .config import training_settings
+from trainables.config import training_settings
 
 # A Tune trial whose work runs on Train workers still needs a (tiny) resource of its own.
 DRIVER_CPU = 0.01
@@ -72,16 +72,16 @@ def make_trainable(workers: int, cpus_per_worker: float, gpus_per_worker: float,
         world = max(workers, 1)
 
         def trainable(config: dict[str, Any]) -> None:
-            from . import forkserver
-            from .preflight import trial_node_check
-            from .session import TuneSession
+            from trainables.runtime import forkserver
+            from trainables.runtime.preflight import trial_node_check
+            from trainables.runtime.session import TuneSession
             trial_node_check()   # this node, which may have joined after the run's preflight
             settings = with_model_board(training_settings(config))
             if world == 1 and not forkserver.available():   # no warm process to fork: train in this one
-                from .loop import train_loop
+                from trainables.loop import train_loop
                 train_loop(settings, TuneSession(settings.get("device", "auto")))
                 return
-            from .ranks import rank_threads, run_ranks
+            from trainables.runtime.ranks import rank_threads, run_ranks
             job = {"config": settings, "device": settings.get("device", "auto"),
                    "threads": rank_threads(worker_cpus(settings, cpus_per_worker))}
             run_ranks(world, job, TuneSession(device=None), restarts=worker_failures if world > 1 else 0)
@@ -105,9 +105,9 @@ def with_model_board(config: dict[str, Any]) -> dict[str, Any]:
 
 def _train_worker(config: dict[str, Any]) -> None:
     # Imported here: the Tune trial process that only drives TorchTrainer never loads torch.
-    from .loop import train_loop
-    from .preflight import trial_node_check
-    from .session import TrainSession
+    from trainables.loop import train_loop
+    from trainables.runtime.preflight import trial_node_check
+    from trainables.runtime.session import TrainSession
     trial_node_check()
     train_loop(config, TrainSession(config.get("device", "auto")))
 

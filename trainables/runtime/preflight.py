@@ -11,7 +11,13 @@ import shutil
 import uuid
 from pathlib import Path
 
-from .storage import first_line, is_uri, parent_and_name, read_bytes, writable_problem
+from trainables.runtime.storage import (
+    first_line,
+    is_uri,
+    parent_and_name,
+    read_bytes,
+    writable_problem,
+)
 
 MIN_FREE_BYTES = 1 << 30  # 1 GiB free under each folder a run writes (checkpoints, caches)
 

@@ -9,7 +9,7 @@ import logging
 import torch
 from torch import nn
 
-from .config import TrainConfig
+from trainables.config import TrainConfig
 
 log = logging.getLogger(__name__)
 

@@ -162,7 +162,7 @@ class TrainSession(Session):
 
 
 class RankSession(Session):
-    """A DDP rank the trial started on its own node (trainables/ranks.py): rank 0 hands each
+    """A DDP rank the trial started on its own node (trainables/runtime/ranks.py): rank 0 hands each
     report to the trial and waits until the trial has passed it (and its checkpoint) to Tune;
     the other ranks' reports go nowhere, as Ray Train forwards only rank 0's."""
 

@@ -6,7 +6,7 @@ import logging
 import torch
 from torch import nn
 
-from .config import ConfigError, ModelConfig
+from trainables.config import ConfigError, ModelConfig
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +98,7 @@ def build_model(cfg: ModelConfig, in_channels: int, num_classes: int) -> nn.Modu
 def load_pretrained(model: nn.Module, path: str) -> list[str]:
     """Load a local state dict; tensors whose shape differs (a head for another class
     count) keep their fresh initialisation. Returns the names re-initialised."""
-    from .checkpoint import read_state_dict
+    from trainables.runtime.checkpoint import read_state_dict
     state = read_state_dict(path)
     own = model.state_dict()
     unknown = sorted(set(state) - set(own))

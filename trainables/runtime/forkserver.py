@@ -6,7 +6,7 @@ process: it would import torch (about 2 s on two cores) and, at its first optimi
 trial pays the same.  `tuner run` starts this server once, beside its Ray driver: it imports
 those modules once, listens on a Unix socket in a private folder and forks one child per
 request.  A child takes on the requesting trial's environment, working folder and output,
-then runs as a rank of trainables/ranks.py over the socket the trial handed it; it ends when
+then runs as a rank of trainables/runtime/ranks.py over the socket the trial handed it; it ends when
 the trial's process ends (a watch on that pid), since its parent is this server, not the trial.
 
 Only torch's own modules are imported here: the project's modules read settings from the
@@ -49,10 +49,10 @@ def start() -> str | None:
     stop()
     folder = tempfile.mkdtemp(prefix="tuner-fork-")
     path = os.path.join(folder, "socket")
-    root = str(Path(__file__).resolve().parent.parent)
+    root = str(Path(__file__).resolve().parents[2])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])}
     try:
-        proc = subprocess.Popen([sys.executable, "-m", "trainables.forkserver", path, str(os.getpid())],
+        proc = subprocess.Popen([sys.executable, "-m", "trainables.runtime.forkserver", path, str(os.getpid())],
                                 stdin=subprocess.DEVNULL, env=env, start_new_session=True)
     except OSError:
         shutil.rmtree(folder, ignore_errors=True)
@@ -244,7 +244,7 @@ def _child(inherited: list, fds: list[int], request: dict) -> None:
         os.chdir(request["cwd"])
         sys.path[:] = request["path"]
         _watch(request["pid"])
-        from .ranks import serve_rank
+        from trainables.runtime.ranks import serve_rank
     except BaseException:  # noqa: BLE001 - the trial sees the socket close and reports the exit code
         os._exit(1)
     serve_rank(rank_fd)
@@ -268,7 +268,7 @@ def _reap(children: dict[int, socket.socket]) -> None:
 
 
 def _serve(path: str, parent: int) -> None:
-    from .ranks import die_with
+    from trainables.runtime.ranks import die_with
 
     def end(*_) -> None:   # stopped, or its driver ended (killed too): no folder left behind
         shutil.rmtree(os.path.dirname(path), ignore_errors=True)

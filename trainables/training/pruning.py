@@ -8,7 +8,7 @@ from __future__ import annotations
 from torch import nn
 from torch.nn.utils import prune
 
-from .config import PruneConfig
+from trainables.config import PruneConfig
 
 
 def prunable(model: nn.Module) -> list[tuple[nn.Module, str]]:

@@ -11,11 +11,11 @@ Ray Train's FailureConfig does for its worker group); then the trial fails with 
 error and Tune's own retries take over.  The ranks die with the trial's process (Linux's
 parent-death signal), so a trial Tune ends or kills leaves none behind.
 
-Where `run` started a fork server on this machine (trainables/forkserver.py), each rank is a
+Where `run` started a fork server on this machine (trainables/runtime/forkserver.py), each rank is a
 fork of it, torch already imported, and ends when the trial's process does (a watch on its
 pid; its parent is the server).  A one-worker trial trains the same way, as a group of one
 rank with no process group, and fails with its training process's own exception.  Without a
-server the ranks are plain `python -m trainables.ranks` processes, not multiprocessing's spawn:
+server the ranks are plain `python -m trainables.runtime.ranks` processes, not multiprocessing's spawn:
 that would re-import the Ray worker's main module (and Ray) in every rank.
 """
 from __future__ import annotations
@@ -35,7 +35,7 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any, Callable
 
-from . import forkserver
+from trainables.runtime import forkserver
 
 # Seconds a rank gets to exit after SIGTERM before SIGKILL.
 STOP_GRACE_S = 5.0
@@ -62,12 +62,12 @@ class RankGroup:
         self.procs: dict[int, subprocess.Popen | forkserver.Forked] = {}
         self.error: BaseException | None = None   # the first failed rank's exception, when it pickles
         env = dict(os.environ)
-        root = str(Path(__file__).resolve().parent.parent)   # where `trainables` is importable from
+        root = str(Path(__file__).resolve().parents[2])   # where `trainables` is importable from
         env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
         for rank in range(world):
             ours, theirs = socket.socketpair()
             proc = forkserver.spawn(theirs.fileno()) or subprocess.Popen(
-                [sys.executable, "-m", "trainables.ranks", str(theirs.fileno()), str(os.getpid())],
+                [sys.executable, "-m", "trainables.runtime.ranks", str(theirs.fileno()), str(os.getpid())],
                 pass_fds=[theirs.fileno()], env=env)
             theirs.close()
             conn = Connection(ours.detach())
@@ -159,8 +159,8 @@ def serve_rank(fd: int) -> None:
         import torch
         import torch.distributed as dist
 
-        from .loop import train_loop
-        from .session import RankSession
+        from trainables.loop import train_loop
+        from trainables.runtime.session import RankSession
         torch.set_num_threads(job["threads"])
         if job.get("log"):   # `tuner train`: rank 0's epoch lines on its output, as one process prints them
             logging.basicConfig(level=job["log"] if job["rank"] == 0 else logging.WARNING, format="%(message)s",

@@ -1,0 +1,129 @@
+"""The experiment folder: the saved experiment, its trust check, loading it, and pulling its state from cloud storage."""
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import yaml
+
+from trainables.runtime import storage
+from tuner.config import Experiment, ExperimentError
+
+EXPERIMENT_FILE = "tuner-experiment.yaml"
+
+
+def save_experiment(exp: Experiment) -> None:
+    data = exp.model_dump(mode="json", exclude_unset=True)  # what the user wrote, not every default
+    write_file(exp, EXPERIMENT_FILE, yaml.safe_dump(data, sort_keys=False))
+
+
+def write_file(exp: Experiment, name: str, text: str) -> None:
+    """A file of the experiment folder: in the folder, and for cloud storage also in the local copy."""
+    exp.exp_dir.mkdir(parents=True, exist_ok=True)
+    (exp.exp_dir / name).write_text(text)
+    if exp.remote:
+        storage.write_bytes(storage.join(exp.location, name), text.encode())
+
+
+def _state_file(rel: str, journal: bool) -> bool:
+    """What `pull` copies: everything but checkpoints (fetched one by one when needed) and,
+    unless asked for, the searcher's journal (only resume needs it; a run on this machine may
+    be appending to the local one)."""
+    from .searcher import JOURNAL
+    parts = rel.split("/")
+    return not any(p.startswith("checkpoint_") for p in parts) and (journal or parts[-1] != JOURNAL)
+
+
+def pull(exp: Experiment, journal: bool = False) -> list[str]:
+    """Bring a cloud experiment's state into its local copy (nothing to do for a folder)."""
+    if not exp.remote:
+        return []
+    return storage.download(exp.location, exp.exp_dir, lambda rel: _state_file(rel, journal))
+
+
+def local_checkpoint(exp: Experiment, path: str) -> str:
+    """A trial checkpoint folder on this machine: for cloud storage, fetched into the local copy."""
+    if not exp.remote or Path(path).is_dir():
+        return path
+    _, root = storage.filesystem(exp.location)
+    # A path on the bucket (a DDP trial's, from its report), or Tune's for the local copy,
+    # which for a cloud experiment holds the bucket's path after the copy's own: the part
+    # after the experiment's path on the bucket is the checkpoint's place in the folder.
+    at = path.rfind(root.rstrip("/") + "/")
+    if at < 0:
+        raise ExperimentError(exp.location, [f"checkpoint {path} is outside the experiment folder"])
+    rel = path[at + len(root.rstrip("/")) + 1:]
+    storage.download(storage.join(exp.location, *rel.split("/")), exp.exp_dir / rel)
+    return str(exp.exp_dir / rel)
+
+
+# Files of an experiment folder that resume/status/export unpickle or trust (Tune's and the
+# searcher's state), besides the folder itself.
+STATE_GLOBS = (EXPERIMENT_FILE, "experiment_state-*.json", "*.pkl", "*/params.pkl")
+
+
+def untrusted(exp_dir: Path) -> list[str]:
+    """State that someone else could have written: owned by another user, or writable by
+    group or others.  Such a folder is refused before anything in it is unpickled."""
+    me = os.getuid()
+    out = []
+    for p in [exp_dir, *(f for g in STATE_GLOBS for f in sorted(exp_dir.glob(g)))]:
+        st = p.lstat()
+        if p.is_symlink():
+            out.append(f"{p} is a symbolic link")
+        elif st.st_uid != me:
+            out.append(f"{p} is owned by uid {st.st_uid}, not by you (uid {me})")
+        elif st.st_mode & 0o002 or (st.st_mode & 0o020 and not _private_group(st.st_gid)):
+            out.append(f"{p} is writable by group or others (mode {stat.filemode(st.st_mode)})")
+    return out
+
+
+def _private_group(gid: int) -> bool:
+    """A group only this user is in (a user-private group, as umask 002 systems use)."""
+    import grp
+    import pwd
+    try:
+        g, me = grp.getgrgid(gid), pwd.getpwuid(os.getuid())
+    except KeyError:
+        return False
+    return gid == me.pw_gid and g.gr_name == me.pw_name and set(g.gr_mem) <= {me.pw_name}
+
+
+def load_saved(exp_dir: str | Path, journal: bool = False) -> Experiment:
+    """The experiment saved in a folder or at a cloud URI (its state downloaded into the local
+    copy first; the bucket's access policy is what guards a cloud experiment's pickles)."""
+    if storage.is_uri(exp_dir):
+        return _load_remote(str(exp_dir), journal)
+    path = Path(exp_dir) / EXPERIMENT_FILE
+    if not path.is_file():
+        raise ExperimentError(str(exp_dir), [f"not an experiment folder: {path} is missing "
+                                             "(give the folder that `tuner run` printed)"])
+    bad = untrusted(Path(exp_dir))
+    if bad:
+        raise ExperimentError(str(exp_dir), [
+            f"refused: {b}; the folder holds pickled state that runs code when read — "
+            "check who changed it, then `chmod -R go-w` it if it is yours" for b in bad])
+    from .config import parse
+    exp = parse(path.read_text(), str(path))
+    # The folder may have moved since the run: trust where it is now.
+    return exp.model_copy(update={"storage_path": str(Path(exp_dir).resolve().parent),
+                                  "name": Path(exp_dir).resolve().name})
+
+
+def _load_remote(location: str, journal: bool) -> Experiment:
+    from .config import parse
+    parent, name = storage.parent_and_name(location)
+    try:
+        text = storage.read_bytes(storage.join(location, EXPERIMENT_FILE)).decode()
+    except FileNotFoundError:
+        raise ExperimentError(location, [f"not an experiment: {storage.join(location, EXPERIMENT_FILE)} is missing "
+                                         "(give the location that `tuner run` printed)"]) from None
+    except Exception as e:  # noqa: BLE001 - pyarrow: credentials, endpoint, bad URI
+        raise ExperimentError(location, [f"cannot read it: {storage.first_line(e)}; check the URI and "
+                                         "the credentials"]) from None
+    exp = parse(text, storage.join(location, EXPERIMENT_FILE))
+    exp = exp.model_copy(update={"storage_path": parent, "name": name})
+    pull(exp, journal)
+    return exp
+

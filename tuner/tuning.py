@@ -1,0 +1,90 @@
+"""Building the Tuner: the trainable, the searcher, ASHA, the console and TensorBoard callbacks."""
+from __future__ import annotations
+
+from trainables.runtime import storage
+from trainables.runtime.trainable import KEEP_BEST, make_trainable
+from tuner.config import Experiment
+
+
+def build_tuner(exp: Experiment, concurrency: int, verbose: bool = False):
+    from ray import tune
+
+    from .searcher import JOURNAL, journal_storage, make_searcher
+    from .space import param_space
+    from .tensorboard import TrialTensorBoard
+    multi = exp.second_objective is not None
+    # One objective: Tune gets metric/mode for the scheduler (and its trial table).  Two: the
+    # searcher gets both, ASHA stops on the first.  The searcher holds the space and its
+    # objectives itself (define-by-run); Tune's param_space has the fixed settings only.
+    exp.exp_dir.mkdir(parents=True, exist_ok=True)
+    journal = exp.exp_dir / JOURNAL
+    # Nothing searched: the trials repeat the fixed settings (Tune's own generator; Optuna
+    # would have no space to sample).
+    searcher = make_searcher(exp.search, exp.metrics if multi else exp.metric, exp.modes if multi else exp.mode,
+                             exp.seed, exp.budget, storage=journal_storage(journal),
+                             study_name=exp.name) if exp.search else None
+    if searcher is not None and exp.remote:
+        # Tune uploads the searcher's snapshot folder: the journal goes with it.
+        searcher.journal_upload = str(journal)
+    scheduler = asha(exp.budget, exp.metric if multi else None, exp.mode if multi else None)
+    return tune.Tuner(
+        trainable_for(exp),
+        param_space=param_space(exp),
+        tune_config=tune.TuneConfig(metric=None if multi else exp.metric, mode=None if multi else exp.mode,
+                                    search_alg=searcher, scheduler=scheduler, num_samples=exp.budget.num_samples,
+                                    max_concurrent_trials=concurrency, time_budget_s=exp.budget.time_limit_s,
+                                    reuse_actors=True, trial_dirname_creator=trial_folder_name),
+        run_config=tune.RunConfig(
+            name=exp.name, storage_path=exp.storage_path if exp.remote else str(exp.exp_dir.parent),
+            checkpoint_config=tune.CheckpointConfig(num_to_keep=KEEP_BEST, checkpoint_score_attribute=exp.metric,
+                                                    checkpoint_score_order=exp.mode),  # best two + latest
+            failure_config=tune.FailureConfig(max_failures=exp.resources.max_failures),
+            verbose=1 if verbose else 0,
+            # Files a trial writes in its folder (the model's TensorBoard views) reach the
+            # experiment folder from whichever node ran it.
+            sync_config=tune.SyncConfig(sync_artifacts=True),
+            callbacks=[TrialTensorBoard([p.name for p in exp.searched], exp.metric), console_for(exp)]),
+    )
+
+
+# How ASHA's rung cutoff is taken (the benchmark's lever): "ranked", a value some trial recorded
+# at the rung; "interpolated", Ray's own, interpolated between recorded values.
+ASHA_CUTOFF = "ranked"
+
+
+def asha(budget, metric: str | None = None, mode: str | None = None, cutoff: str | None = None):
+    """The scheduler every search runs under: ASHA over the budget's epochs.  A trial goes on
+    past a rung if it is not below the top 1/eta of the trials recorded there before it, the
+    cutoff taken by rank (numpy's "nearest" percentile): Ray's own interpolates between values,
+    so one diverging trial's loss of 1000 at a rung would put the cutoff far above chance level
+    and let every chance-level trial after it through."""
+    from ray.tune.schedulers import ASHAScheduler
+    s = ASHAScheduler(time_attr="epoch", metric=metric, mode=mode, max_t=budget.max_epochs,
+                      grace_period=budget.grace_epochs, reduction_factor=budget.reduction_factor)
+    if (cutoff or ASHA_CUTOFF) == "ranked":
+        from .searcher import RankedBracket
+        for b in s._brackets:     # Ray has no public hook for the cutoff: its bracket, subclassed
+            b.__class__ = RankedBracket
+    return s
+
+
+def trial_folder_name(trial) -> str:
+    """`trial_<id>`: short, and the id the console and `status` print (Tune's default name
+    strings every setting together)."""
+    return f"trial_{trial.trial_id}"
+
+
+def console_for(exp: Experiment):
+    from .console import Console
+    b = exp.budget
+    return Console(total=b.num_samples, metric=exp.metric, mode=exp.mode, searched=[p.name for p in exp.searched],
+                   max_epochs=b.max_epochs, grace_epochs=b.grace_epochs, reduction_factor=b.reduction_factor)
+
+
+def trainable_for(exp: Experiment):
+    r = exp.resources
+    return make_trainable(r.workers, r.cpus_per_worker, r.gpus_per_worker, storage.join(exp.location, "train-runs"),
+                          worker_failures=r.worker_failures, keep_by=(exp.metric, exp.mode),
+                          accelerator=r.accelerator or "", placement_strategy=r.placement_strategy,
+                          ddp="local" if r.ddp == "local" else "train")
+
