@@ -70,7 +70,8 @@ import ray
 from ray import tune
 from scipy import stats
 
-from tuner.config import Budget, SearchEntry, parse
+from tuner.schema import Budget, SearchEntry
+from tuner.config import parse
 from tuner.tuning import asha
 from tuner.searcher import TopFraction, make_searcher
 from tuner.space import SearchSpace

@@ -22,12 +22,11 @@ import statistics
 import time
 import warnings
 from dataclasses import dataclass
-from typing import Any
 
 import optuna
 
 import search_efficiency as se
-from tuner.config import Budget
+from tuner.schema import Budget
 from tuner.tuning import asha
 from tuner.searcher import make_searcher
 

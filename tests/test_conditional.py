@@ -4,7 +4,8 @@ import pickle
 import pytest
 
 from trainables.config import TrainConfig, training_settings
-from tuner.config import ExperimentError, parse, scenarios
+from tuner.schema import ExperimentError, scenarios
+from tuner.config import parse
 from tuner.searcher import FidelityOptunaSearch, tpe_sampler
 from tuner.space import SearchSpace
 

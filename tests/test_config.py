@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from tuner.config import ExperimentError, load, parse
+from tuner.schema import ExperimentError
+from tuner.config import load, parse
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = sorted((ROOT / "search_spaces").glob("*.yaml"))

@@ -2,7 +2,6 @@
 could have written is not trusted.  None of these tests starts Ray: where a check could be
 skipped by mistake, the CLI is pointed at an address where nothing listens, so a missed
 refusal fails fast instead of starting a Ray."""
-import json
 import os
 import subprocess
 import sys
@@ -10,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tuner.config import ExperimentError, parse
+from tuner.schema import ExperimentError
+from tuner.config import parse
 
 NOWHERE = "127.0.0.1:1"  # no Ray listens here
 

@@ -9,9 +9,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-import yaml
 
-from tuner.config import SearchEntry, parse
+from tuner.schema import SearchEntry
+from tuner.config import parse
 from tuner.report import narrowed
 
 SPEC = """

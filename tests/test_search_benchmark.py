@@ -87,7 +87,7 @@ def test_smoke_run_compares_every_peer_and_ends_with_its_bench_line(ray_address)
 
 def test_the_screen_replays_tunes_asha_with_two_trials_in_flight():
     import search_screen
-    from tuner.config import Budget
+    from tuner.schema import Budget
     budget = Budget(num_samples=12, max_epochs=9, grace_epochs=1, reduction_factor=3)
     for who in ("ours", "random"):
         rows = search_screen.replay(who, 0, budget)

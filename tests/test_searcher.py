@@ -62,7 +62,7 @@ def test_trials_asha_let_through_a_rung_unjudged_are_told_only_up_to_it():
 
 
 def test_the_searchers_rungs_are_the_schedulers():
-    from tuner.config import Budget
+    from tuner.schema import Budget
     from tuner.tuning import asha
     from tuner.searcher import asha_rungs
     for grace, top, eta in ((1, 9, 3), (1, 15, 3), (2, 9, 3), (1, 8, 2), (3, 27, 3)):
@@ -137,7 +137,7 @@ def lr_draws(num_samples, sampler=None, **levers):
     starts, with val_acc peaking at lr = 0.01: make_searcher's searcher, or `sampler`'s."""
     import optuna
 
-    from tuner.config import Budget, SearchEntry
+    from tuner.schema import Budget, SearchEntry
     from tuner.searcher import make_searcher
     from tuner.space import SearchSpace
     space = {"lr": SearchEntry(type="loguniform", low=1e-3, high=1.0)}
@@ -184,7 +184,7 @@ def test_random_every_k_draws_every_kth_trial_at_random_after_start_up_too():
 def test_a_diverging_trials_loss_at_a_rung_does_not_let_chance_level_trials_through():
     from dataclasses import dataclass
 
-    from tuner.config import Budget
+    from tuner.schema import Budget
     from tuner.tuning import asha
 
     @dataclass

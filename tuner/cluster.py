@@ -17,7 +17,7 @@ from trainables.runtime.preflight import (
     check_folders,
 )
 from trainables.runtime.trainable import local_resources, trial_resources
-from tuner.config import Experiment
+from tuner.schema import Experiment
 
 
 class ClusterError(RuntimeError):
@@ -89,13 +89,14 @@ class NodeCheck:
 def largest_need(exp: Experiment) -> dict[str, float]:
     """What the hungriest trial of the search takes: reservations follow each trial's config
     (the torch loader's num_workers), so the largest draw decides what must fit."""
-    from .config import _candidates, scenarios
+    from .checks import candidates
+    from .schema import scenarios
     base = exp.base_config()
     r = exp.resources
     needs = []
     for flat, _ in scenarios(exp.search):  # each branch of a conditional space on its own
-        loaders = _candidates(flat["loader"]) if "loader" in flat else [base["loader"]]
-        counts = _candidates(flat["num_workers"]) if "num_workers" in flat else [base["num_workers"]]
+        loaders = candidates(flat["loader"]) if "loader" in flat else [base["loader"]]
+        counts = candidates(flat["num_workers"]) if "num_workers" in flat else [base["num_workers"]]
         # A trial whose ranks run on its own node needs no Train driver; unresolved "auto" counts one.
         need_of = local_resources if r.workers > 1 and r.ddp == "local" else trial_resources
         needs += [need_of(r.workers, r.cpus_per_worker, r.gpus_per_worker, {"loader": lo, "num_workers": n},

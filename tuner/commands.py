@@ -14,7 +14,7 @@ from trainables.config import ConfigError
 from trainables.runtime.checkpoint import CheckpointError
 from trainables.runtime.preflight import PreflightError
 
-from .config import ExperimentError
+from .schema import ExperimentError
 from .text import params_text, sig4
 
 
@@ -75,8 +75,8 @@ def cmd_resume(args) -> int:
 
 
 def cmd_status(args) -> int:
-    from .results import reserved_text, select, trials
     from .experiment import load_saved
+    from .results import reserved_text, select, trials
     exp = load_saved(args.exp_dir)
     rows = trials(exp)
     try:

@@ -9,7 +9,7 @@ from typing import Callable
 
 from trainables.runtime import forkserver
 from tuner.cluster import ClusterError, largest_need
-from tuner.config import Experiment
+from tuner.schema import Experiment
 
 # Ray Train's controller polls its workers this often (default 2 s); shorter ends a
 # TorchTrainer trial ~6 s sooner after its last report.

@@ -8,7 +8,7 @@ from pathlib import Path
 import yaml
 
 from trainables.runtime import storage
-from tuner.config import Experiment, ExperimentError
+from tuner.schema import Experiment, ExperimentError
 
 EXPERIMENT_FILE = "tuner-experiment.yaml"
 

@@ -23,9 +23,9 @@ from trainables.runtime import checkpoint as ckpt_io
 from trainables.training.models import build_model
 from trainables.training.pruning import make_permanent, restore_masks
 
-from .config import ExperimentError, branch_taken
-from .results import select, trials
 from .experiment import load_saved, local_checkpoint
+from .results import select, trials
+from .schema import ExperimentError, branch_taken
 
 # ---------------------------------------------------------------- export
 

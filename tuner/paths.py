@@ -15,7 +15,7 @@ from pathlib import Path
 
 from trainables.runtime.storage import is_uri
 
-from .config import Experiment
+from .schema import Experiment
 
 JOB_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"  # set by Ray's job supervisor for the entrypoint
 STORAGE_ENV = "TUNER_STORAGE"

@@ -17,8 +17,8 @@ from typing import Any
 
 import yaml
 
-from .config import TRAIN_BOUNDS, Experiment, SearchEntry
 from .results import TrialRow, asha_rungs, trials
+from .schema import TRAIN_BOUNDS, Experiment, SearchEntry
 from .text import params_text, sig4
 
 TOP_K = 5                  # trials whose span next.yaml keeps
@@ -178,7 +178,9 @@ def next_experiment(exp: Experiment, ts: list[Trial], k: int = TOP_K) -> tuple[d
 def _next_space(search: dict[str, SearchEntry], when: tuple, top: list[Trial], notes: list[str]) -> dict[str, Any]:
     """A space (a branch's, inside) with each numeric range narrowed to the top trials that
     drew it; a branch no top trial took is kept as it was."""
-    from .config import branch_of, qualified
+    from trainables.config import branch_name as qualified
+
+    from .schema import branch_of
     out: dict[str, Any] = {}
     for key, e in search.items():
         name = qualified(key, when)

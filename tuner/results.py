@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .config import Experiment, ExperimentError
+from .schema import Experiment, ExperimentError
 
 
 @dataclass

@@ -14,9 +14,9 @@ from tuner.cluster import (
     ready_train_view,
     resolve_ddp,
 )
-from tuner.config import Experiment, ExperimentError
 from tuner.connect import connect
 from tuner.experiment import EXPERIMENT_FILE, load_saved, save_experiment
+from tuner.schema import Experiment, ExperimentError
 from tuner.summary import summarize
 from tuner.tuning import build_tuner, trainable_for
 

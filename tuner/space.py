@@ -14,7 +14,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .config import Experiment, SearchEntry, branch_of, qualified
+from trainables.config import branch_name as qualified
+
+from .schema import Experiment, SearchEntry, branch_of
 
 
 def distribution(e: SearchEntry):

@@ -4,8 +4,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tuner.config import Experiment
 from tuner.experiment import pull, write_file
+from tuner.schema import Experiment
 
 
 def _last_line(text: str) -> str:

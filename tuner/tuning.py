@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from trainables.runtime import storage
 from trainables.runtime.trainable import KEEP_BEST, make_trainable
-from tuner.config import Experiment
+from tuner.schema import Experiment
 
 
 def build_tuner(exp: Experiment, concurrency: int, verbose: bool = False):
