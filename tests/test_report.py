@@ -12,7 +12,7 @@ import pytest
 
 from tuner.schema import SearchEntry
 from tuner.config import parse
-from tuner.report import narrowed
+from tuner.next_space import narrowed
 
 SPEC = """
 name: rep
@@ -80,24 +80,24 @@ def test_every_png_decodes_and_the_html_carries_them_inline(report):
 
 
 def test_importance_per_rung_counts_its_trials_and_skips_small_rungs(report, monkeypatch):
-    from tuner import report as R
+    from tuner import history, importance
     exp, out = report
-    trials = R.load(exp)
+    trials = history.load(exp)
     by_rung = {e["rung"]: e for e in out["importance"]}
     assert set(by_rung) == {1, 3}
     for rung, e in by_rung.items():
         assert e["n"] == sum(t.value_at(rung, exp.metric) is not None for t in trials)
-        assert (e["importance"] is None) == (e["n"] < R.MIN_RUNG_TRIALS)
+        assert (e["importance"] is None) == (e["n"] < importance.MIN_RUNG_TRIALS)
     first = by_rung[1]
     assert first["n"] == 10 and set(first["importance"]) == set(exp.search)
     assert math.isclose(sum(first["importance"].values()), 1.0, rel_tol=1e-6)
-    monkeypatch.setattr(R, "MIN_RUNG_TRIALS", 11)
-    for e in R.importance_by_rung(exp, trials):
+    for e in importance.importance_by_rung(exp, trials, min_trials=11):
         assert e["importance"] is None and e["skipped"] == f"{e['n']} trial(s) < 11"
 
 
 def test_next_yaml_validates_holds_the_top_trials_and_narrows(report):
-    from tuner.report import TOP_K, load, top_k
+    from tuner.history import load
+    from tuner.next_space import TOP_K, top_k
     exp, out = report
     text = Path(out["next"]).read_text()
     nxt = parse(text, out["next"])
@@ -167,7 +167,8 @@ def test_report_renders_in_headless_chromium_with_every_image_loaded(report):
 
 
 def test_two_objectives_failures_and_an_edge_best_in_the_report(tmp_path):
-    from tuner.report import Trial, render
+    from tuner.history import Trial
+    from tuner.report import render
     from tuner.results import TrialRow
     exp = parse("""
 name: two

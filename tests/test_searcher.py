@@ -64,11 +64,10 @@ def test_trials_asha_let_through_a_rung_unjudged_are_told_only_up_to_it():
 def test_the_searchers_rungs_are_the_schedulers():
     from tuner.schema import Budget
     from tuner.tuning import asha
-    from tuner.searcher import asha_rungs
     for grace, top, eta in ((1, 9, 3), (1, 15, 3), (2, 9, 3), (1, 8, 2), (3, 27, 3)):
         budget = Budget(num_samples=8, max_epochs=top, grace_epochs=grace, reduction_factor=eta)
         tune_rungs = sorted(m for m, _ in asha(budget, "val_acc", "max")._brackets[0]._rungs if m < top)
-        assert list(asha_rungs(budget)) == tune_rungs, (grace, top, eta)
+        assert list(budget.rungs) == tune_rungs, (grace, top, eta)
 
 
 def test_multi_objective_study_prunes_without_intermediate_values():

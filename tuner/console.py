@@ -18,8 +18,8 @@ from typing import Any, Callable, TextIO
 
 from ray.tune import Callback
 
-from .results import asha_rungs
-from .text import clock_text, params_text, sig4
+from .schema import asha_rungs
+from .text import clock_text, last_line, params_text, sig4
 
 # Loggers whose INFO lines are chatter during a run (shown with --verbose).
 CHATTY = ("ray", "ray.tune", "ray.train", "ray.data", "optuna")
@@ -42,7 +42,7 @@ def quiet_logs(verbose: bool) -> None:
     optuna.logging.set_verbosity(optuna.logging.INFO if verbose else optuna.logging.WARNING)
 
 
-def epochs_left(epoch: int, max_t: int, grace: int, eta: int) -> float:
+def epochs_left(epoch: int, max_t: int, grace: int, eta: float) -> float:
     """Expected epochs still to run for a trial now at `epoch` (0: not started) under ASHA."""
     left, p, at = 0.0, 1.0, epoch
     for r in asha_rungs(max_t, grace, eta):
@@ -57,7 +57,7 @@ class Console(Callback):
     """Prints trial events (and a live table on a terminal) for one experiment."""
 
     def __init__(self, *, total: int, metric: str, mode: str, searched: list[str], max_epochs: int,
-                 grace_epochs: int, reduction_factor: int, stream: TextIO | None = None,
+                 grace_epochs: int, reduction_factor: float, stream: TextIO | None = None,
                  tty: bool | None = None, clock: Callable[[], float] = time.monotonic, redraw_s: float = 1.0):
         self.total, self.metric, self.mode, self.searched = total, metric, mode, list(searched)
         self.max_epochs, self.grace, self.eta = max_epochs, grace_epochs, reduction_factor
@@ -163,7 +163,7 @@ class Console(Callback):
             if f and Path(f).is_file():
                 text = Path(f).read_text(errors="replace")
                 break
-        reason = next((m.strip() for m in reversed(text.splitlines()) if m.strip()), "see the error file")
+        reason = last_line(text) if text.strip() else "see the error file"
         where = Path(trial.path) / "error.txt" if trial.path else None
         return f"{reason[:300]}" + (f"; error file: {where}" if where else "")
 

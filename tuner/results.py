@@ -65,14 +65,6 @@ def trials(exp: Experiment) -> list[TrialRow]:
     return rows
 
 
-def asha_rungs(max_t: int, grace: int, eta: int) -> list[int]:
-    """The epochs at which ASHA compares trials (grace x eta^k below max_t)."""
-    out, r = [], grace
-    while r < max_t:
-        out.append(r)
-        r *= eta
-    return out
-
 
 def _value(row: TrialRow, metric: str, mode: str) -> float:
     v = row.metrics.get(metric)

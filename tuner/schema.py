@@ -3,6 +3,7 @@ the training settings, whose model is generated from trainables.config.TrainConf
 from __future__ import annotations
 
 import dataclasses
+import math
 import typing
 from pathlib import Path
 from typing import Any, Literal, Optional
@@ -65,6 +66,22 @@ class Budget(BaseModel):
     reduction_factor: float = Field(3.0, gt=1)  # ASHA eta
     max_concurrent_trials: int = Field(0, ge=0) # 0 = as many as the cluster holds
     time_limit_s: Optional[float] = Field(None, gt=0)  # wall-clock limit of the whole search
+
+    @property
+    def rungs(self) -> tuple[int, ...]:
+        """The epochs where ASHA compares trials: the one place they are computed (scheduler's
+        check, searcher, console and report all read them here)."""
+        return asha_rungs(self.max_epochs, self.grace_epochs, self.reduction_factor)
+
+
+def asha_rungs(max_epochs: int, grace_epochs: int, eta: float) -> tuple[int, ...]:
+    """grace * eta^k below max_epochs, each as the first whole epoch at or past it (Ray's ASHA
+    records a trial at the first result whose epoch reaches the milestone; eta may be 2.5)."""
+    out, r = [], float(grace_epochs)
+    while r < max_epochs:
+        out.append(math.ceil(r - 1e-9))
+        r *= eta
+    return tuple(dict.fromkeys(out))
 
 
 class Resources(BaseModel):

@@ -25,6 +25,8 @@ from optuna.trial import TrialState
 from ray.tune.schedulers.async_hyperband import _Bracket
 from ray.tune.search.optuna import OptunaSearch
 
+from .text import finite
+
 log = logging.getLogger(__name__)
 
 JOURNAL = "optuna-journal.log"  # the study, in the experiment folder: `optuna-dashboard` reads it
@@ -90,7 +92,7 @@ def make_searcher(search: dict, metric: str | list[str], mode: str | list[str], 
         sampler = tpe_sampler(seed, n_startup_trials=startup, random_every=random_every, **tpe)
     return FidelityOptunaSearch(space=SearchSpace(search), metric=metric, mode=mode, sampler=sampler,
                                 storage=storage, study_name=study_name, max_epochs=budget.max_epochs,
-                                rungs=asha_rungs(budget) if earned else (), eta=budget.reduction_factor)
+                                rungs=budget.rungs if earned else (), eta=budget.reduction_factor)
 
 
 class RankedBracket(_Bracket):
@@ -102,14 +104,6 @@ class RankedBracket(_Bracket):
             return None
         return np.nanpercentile(list(recorded.values()), (1 - 1 / self.rf) * 100, method="nearest")
 
-
-def asha_rungs(budget) -> tuple[int, ...]:
-    """The epochs where ASHA compares trials (grace * eta^k below max_epochs)."""
-    out, r = [], budget.grace_epochs
-    while r < budget.max_epochs:
-        out.append(math.ceil(r))   # ASHA records a trial at the first epoch >= the milestone
-        r *= budget.reduction_factor
-    return tuple(out)
 
 
 def tpe_sampler(seed: int | None, random_every: int = 0, **settings: Any) -> optuna.samplers.TPESampler:
@@ -153,9 +147,6 @@ class InterleavedTPESampler(optuna.samplers.TPESampler):
             return self._random_sampler.sample_independent(study, trial, param_name, param_distribution)
         return super().sample_independent(study, trial, param_name, param_distribution)
 
-
-def _finite(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 class FidelityOptunaSearch(OptunaSearch):
@@ -222,7 +213,7 @@ class FidelityOptunaSearch(OptunaSearch):
         if isinstance(self._metric, list):  # Optuna takes no intermediate values for several objectives
             return
         value, epoch = result.get(self._metric), result.get("epoch")
-        if result.get("status", "ok") != "ok" or not _finite(value) or epoch is None:
+        if result.get("status", "ok") != "ok" or not finite(value) or epoch is None:
             return
         steps = self.reported.setdefault(trial_id, set())
         epoch, unjudged = int(epoch), getattr(self, "unjudged", {})
@@ -245,7 +236,7 @@ class FidelityOptunaSearch(OptunaSearch):
         trial = self._ot_trials[trial_id]
         values = [result.get(m) for m in self._objectives()]
         status = result.get("status", "ok")
-        if error or status != "ok" or not all(_finite(v) for v in values):
+        if error or status != "ok" or not all(finite(v) for v in values):
             state, told = TrialState.FAIL, None
         elif int(result.get("epoch", 0)) < self.max_epochs or trial_id in getattr(self, "unjudged", {}):
             state, told = TrialState.PRUNED, None

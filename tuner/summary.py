@@ -6,16 +6,12 @@ from typing import Any
 
 from tuner.experiment import pull, write_file
 from tuner.schema import Experiment
-
-
-def _last_line(text: str) -> str:
-    """An error's last non-empty line: the exception itself, not Ray's wrapper."""
-    return next((ln.strip() for ln in reversed(text.splitlines()) if ln.strip()), text)
+from tuner.text import last_line
 
 
 def summarize(exp: Experiment, results) -> dict[str, Any]:
     """The best trial by the experiment's metric (last reported value), as plain values."""
-    errors = [_last_line(str(r.error)) for r in results if r.error]
+    errors = [last_line(str(r.error)) for r in results if r.error]
     try:
         best = results.get_best_result(metric=exp.metric, mode=exp.mode, scope="last", filter_nan_and_inf=True)
     except RuntimeError:

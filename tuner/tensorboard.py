@@ -8,10 +8,11 @@ folders of the experiment, so the files are in the storage path wherever the tri
 """
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from ray.tune.logger import TBXLoggerCallback
+
+from .text import finite
 
 # Reported metric -> TensorBoard tag.
 TAGS = {
@@ -25,9 +26,7 @@ TAGS = {
 
 
 def _number(v: Any) -> float | None:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-        return None
-    return float(v)
+    return float(v) if finite(v) else None
 
 
 def _hparam(v: Any) -> Any:

@@ -1,4 +1,5 @@
-"""How numbers and settings are written for people: console, status and report."""
+"""Small value and text helpers shared by the service: how numbers and settings are written for
+people (console, status, report), whether a reported value is a finite number, an error's last line."""
 from __future__ import annotations
 
 import math
@@ -22,3 +23,13 @@ def clock_text(seconds: float) -> str:
     s = int(round(seconds))
     h, rem = divmod(s, 3600)
     return f"{h}:{rem // 60:02d}:{rem % 60:02d}" if h else f"{rem // 60}:{rem % 60:02d}"
+
+
+def finite(v: Any) -> bool:
+    """A real, finite number (not a bool, not NaN or inf): what may be told, plotted or ranked."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def last_line(text: str) -> str:
+    """A text's last non-empty line (an error's own message, not the wrapper around it)."""
+    return next((ln.strip() for ln in reversed(str(text).splitlines()) if ln.strip()), str(text))
