@@ -7,7 +7,7 @@
 
 Searchers, each given the same trial count, concurrency, seeds and (where they use one) the
 same ASHA (grace 1 epoch, eta 3, max E epochs):
-  ours           what `tuner run` ships: FidelityOptunaSearch (tuner.searcher.make_searcher) under ASHA;
+  ours           what `tuner run` ships: FidelitySearcher (tuner.searcher.make_searcher) under ASHA;
                  TPE from 24 trials, a scrambled Sobol sequence below (digits' 16 trials)
   optuna_search  Ray's stock OptunaSearch (TPE; ASHA-stopped trials told as COMPLETE) under ASHA
   random         Tune's random search (BasicVariantGenerator) under ASHA
@@ -73,9 +73,11 @@ from scipy import stats
 from tuner.schema import Budget, SearchEntry
 from tuner.config import parse
 from tuner.tuning import asha
-from tuner.searcher import TopFraction, make_searcher
+from levers import TopFraction, variant_searcher
 from tuner.space import SearchSpace
 
+# ASHA's rung cutoff for every searcher under it (--asha-cutoff): tuner's own, by rank, or Ray's.
+ASHA_CUTOFF = "ranked"
 SEARCHERS = ("ours", "optuna_search", "random", "optuna_hb", "fifo")
 # Settings of our searcher tried against the shipped one (`--searchers ours,ours_s20,...`).
 VARIANTS: dict[str, dict[str, Any]] = {
@@ -174,7 +176,7 @@ class Log(tune.Callback):
 
 
 def searcher_options(who: str) -> dict[str, Any]:
-    """make_searcher's settings for ours or one of its VARIANTS (the space is the workload's)."""
+    """levers.variant_searcher's settings for ours or one of its VARIANTS (the space is the workload's)."""
     return {k: v for k, v in VARIANTS[who].items() if k != "space"}
 
 
@@ -191,10 +193,11 @@ def run_tune(who: str, trainable, search: dict[str, SearchEntry], fixed: dict[st
     log = Log(metric, truth)
     space = dict(fixed)
     if who.startswith("ours"):
-        searcher, scheduler = make_searcher(search, metric, mode, seed, budget, **searcher_options(who)), asha(budget)
+        searcher = variant_searcher(search, metric, mode, seed, budget, **searcher_options(who))
+        scheduler = asha(budget, cutoff=ASHA_CUTOFF)
     else:
         space.update({k: tune_domain(e) for k, e in search.items()})
-        scheduler = tune.schedulers.FIFOScheduler() if who == "fifo" else asha(budget)
+        scheduler = tune.schedulers.FIFOScheduler() if who == "fifo" else asha(budget, cutoff=ASHA_CUTOFF)
         searcher = (tune.search.optuna.OptunaSearch(seed=seed) if who == "optuna_search"
                     else tune.search.BasicVariantGenerator(random_state=seed, max_concurrent=CONCURRENCY))
     tune.Tuner(trainable, param_space=space,
@@ -445,9 +448,8 @@ def main() -> None:
     epochs = 3 if args.smoke else 9
     for k, v in BENCH_ENV.items():
         os.environ.setdefault(k, v)
-    if args.asha_cutoff:
-        import tuner.tuning
-        tuner.tuning.ASHA_CUTOFF = args.asha_cutoff
+    global ASHA_CUTOFF
+    ASHA_CUTOFF = args.asha_cutoff or ASHA_CUTOFF
     storage, cache = tempfile.mkdtemp(prefix="tuner-eff-"), tempfile.mkdtemp(prefix="tuner-cache-")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     # Tune would list every trial's missing result files (its file loggers are off) after each run.

@@ -28,7 +28,7 @@ import optuna
 import search_efficiency as se
 from tuner.schema import Budget
 from tuner.tuning import asha
-from tuner.searcher import make_searcher
+from levers import variant_searcher
 
 
 @dataclass
@@ -39,7 +39,7 @@ class _Trial:          # what Tune's ASHA reads of a trial
 def searcher_for(who: str, seed: int, budget: Budget):
     from ray.tune.search.optuna import OptunaSearch
     if who.startswith("ours"):
-        return make_searcher(se.H_SPACE, "value", "max", seed, budget, **se.searcher_options(who))
+        return variant_searcher(se.H_SPACE, "value", "max", seed, budget, **se.searcher_options(who))
     sampler = optuna.samplers.RandomSampler(seed=seed) if who == "random" else None
     s = OptunaSearch(seed=None if sampler else seed, sampler=sampler)
     s.set_search_properties("value", "max", {k: se.tune_domain(e) for k, e in se.H_SPACE.items()})
@@ -48,7 +48,7 @@ def searcher_for(who: str, seed: int, budget: Budget):
 
 def replay(who: str, seed: int, budget: Budget, concurrency: int = se.CONCURRENCY) -> list[tuple]:
     """One search: the rows (trial, epoch, value, f) in the order they arrived."""
-    searcher, scheduler = searcher_for(who, seed, budget), asha(budget, "value", "max")
+    searcher, scheduler = searcher_for(who, seed, budget), asha(budget, "value", "max", cutoff=se.ASHA_CUTOFF)
     rows: list[tuple] = []
     events: list[tuple] = []         # (time, slot, trial id)
     state: dict[str, tuple[dict, int]] = {}
@@ -93,9 +93,7 @@ def main() -> None:
                     help=f"comma-separated, ours first; variants: {', '.join(se.VARIANTS)}")
     ap.add_argument("--asha-cutoff", choices=("ranked", "interpolated"), help="ASHA's rung cutoff (default: tuner's)")
     args = ap.parse_args()
-    if args.asha_cutoff:
-        import tuner.tuning
-        tuner.tuning.ASHA_CUTOFF = args.asha_cutoff
+    se.ASHA_CUTOFF = args.asha_cutoff or se.ASHA_CUTOFF
     searchers = args.searchers.split(",")
     allowed = {"optuna_search", "random", *(v for v, o in se.VARIANTS.items() if "space" not in o)}
     if searchers[0] != "ours" or not set(searchers) <= allowed:

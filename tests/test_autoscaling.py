@@ -23,10 +23,10 @@ AUTH: dict[str, str] = {}   # the head's token, for every client of it
 
 @pytest.fixture(scope="module")
 def autoscaling_head(tmp_path_factory):
-    import ray._private.services as services
+    import ray.util
     tmp = tmp_path_factory.mktemp("autoscale")
     port, dashboard_port, client_port = free_ports(3)
-    address = f"{services.get_node_ip_address()}:{port}"
+    address = f"{ray.util.get_node_ip_address()}:{port}"
     cfg = tmp / "autoscaler.yaml"
     cfg.write_text(yaml.safe_dump({
         "cluster_name": "fake", "max_workers": 1, "upscaling_speed": 1, "idle_timeout_minutes": 1,

@@ -34,8 +34,8 @@ def _load(name: str) -> dict:
 
 @pytest.mark.parametrize("name", RAY_UP_FILES)
 def test_ray_up_file_passes_rays_own_check(name):
-    from ray.autoscaler._private.util import prepare_config, validate_config
-    validate_config(prepare_config(copy.deepcopy(_load(name))))   # what `ray up` does before launching
+    from tuner import _compat
+    _compat.validate_cluster_config(copy.deepcopy(_load(name)))   # what `ray up` does before launching
 
 
 @pytest.mark.parametrize("name", RAY_UP_FILES)

@@ -6,7 +6,7 @@ import pytest
 from trainables.config import TrainConfig, training_settings
 from tuner.schema import ExperimentError, scenarios
 from tuner.config import parse
-from tuner.searcher import FidelityOptunaSearch, tpe_sampler
+from tuner.searcher import FidelitySearcher, tpe_sampler
 from tuner.space import SearchSpace
 
 COND = """
@@ -87,8 +87,8 @@ def test_a_rule_broken_in_one_branch_only_names_that_branch():
 
 
 def _searcher(exp):
-    return FidelityOptunaSearch(space=SearchSpace(exp.search), metric="val_acc", mode="max",
-                                sampler=tpe_sampler(exp.seed, n_startup_trials=4), max_epochs=3)
+    return FidelitySearcher(space=SearchSpace(exp.search), metric="val_acc", mode="max",
+                            sampler=tpe_sampler(exp.seed, n_startup_trials=4), max_epochs=3)
 
 
 def _finish(s, tid, value):
@@ -99,7 +99,6 @@ def _finish(s, tid, value):
 def test_trials_draw_one_branch_each_and_train_with_plain_setting_names():
     exp = parse(COND)
     s = _searcher(exp)
-    assert s.study.sampler._group is True
     base = exp.base_config()
     seen = set()
     for i in range(24):
@@ -136,9 +135,9 @@ def test_the_searcher_snapshot_pickles_and_restores_the_space(tmp_path):
         s.suggest(f"t{i}")
         _finish(s, f"t{i}", 0.5)
     s.save(str(tmp_path / "searcher.pkl"))
-    restored = FidelityOptunaSearch(metric="val_acc", mode="max", max_epochs=3)
+    restored = FidelitySearcher(metric="val_acc", mode="max", max_epochs=3)
     restored.restore(str(tmp_path / "searcher.pkl"))
-    assert isinstance(restored._space, SearchSpace)
+    assert isinstance(restored.space, SearchSpace)
     cfg = restored.suggest("t3")
     assert {"optimizer", "lr"} <= set(cfg) and len(restored.study.trials) == 4
     assert pickle.loads(pickle.dumps(SearchSpace(exp.search))).search == SearchSpace(exp.search).search

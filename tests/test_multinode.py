@@ -23,8 +23,8 @@ def cluster(tmp_path_factory):
     # The cluster's head records itself as "the" local Ray (/tmp/ray/ray_current_cluster), where
     # Ray's state API looks when given no address: put back what was there once it is gone, or
     # later Train runs of the suite would ask a dead cluster (and wait out each timeout).
-    from ray._private.utils import get_ray_address_file
-    address_file = Path(get_ray_address_file(None))
+    from tuner import _compat
+    address_file = Path(_compat.ray_address_file())
     before = address_file.read_text() if address_file.exists() else None
     c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": True,
                                                        "dashboard_host": "127.0.0.1", "dashboard_port": port})

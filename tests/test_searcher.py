@@ -1,18 +1,23 @@
 """The fidelity-aware searcher and trial selection, without a Ray cluster."""
 import math
 
+import sys
+from pathlib import Path
+
 from optuna.trial import TrialState
-from ray import tune
 
 from tuner.config import parse
 from tuner.results import TrialRow, pareto_front, select
-from tuner.searcher import FidelityOptunaSearch
+from tuner.schema import SearchEntry
+from tuner.searcher import FidelitySearcher, tpe_sampler
+from tuner.space import SearchSpace
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+LR = SearchSpace({"lr": SearchEntry(type="loguniform", low=1e-3, high=1.0)})
 
 
-def searcher(metric="val_acc", mode="max"):
-    s = FidelityOptunaSearch(metric=metric, mode=mode, seed=0, max_epochs=3)
-    s.set_search_properties(None, None, {"lr": tune.loguniform(1e-3, 1.0)})
-    return s
+def searcher(metric="val_acc", mode="max", **kw):
+    return FidelitySearcher(space=LR, metric=metric, mode=mode, sampler=tpe_sampler(0), max_epochs=3, **kw)
 
 
 def run(s, tid, epochs, status="ok", value=lambda e: 0.1 * e, error=False):
@@ -44,8 +49,7 @@ def test_stopped_finished_and_diverged_trials_are_told_apart():
 def test_trials_asha_let_through_a_rung_unjudged_are_told_only_up_to_it():
     # Asynchronous ASHA promotes the first arrivals at a rung before eta - 1 others are there to
     # compare with; with `rungs`, those trials are told PRUNED at that rung, the others as before.
-    s = FidelityOptunaSearch(metric="val_acc", mode="max", seed=0, max_epochs=3, rungs=(1,), eta=3)
-    s.set_search_properties(None, None, {"lr": tune.loguniform(1e-3, 1.0)})
+    s = searcher(rungs=(1,), eta=3)
     run(s, "a", 3)                                   # first at epoch 1: through unjudged
     run(s, "b", 1, value=lambda e: 0.05)             # second: one to compare with (ASHA stopped it)
     run(s, "c", 3, value=lambda e: 0.2 * e)          # third: compared with two, then finished
@@ -64,10 +68,11 @@ def test_trials_asha_let_through_a_rung_unjudged_are_told_only_up_to_it():
 def test_the_searchers_rungs_are_the_schedulers():
     from tuner.schema import Budget
     from tuner.tuning import asha
-    for grace, top, eta in ((1, 9, 3), (1, 15, 3), (2, 9, 3), (1, 8, 2), (3, 27, 3)):
+    from tuner import _compat
+    for grace, top, eta in ((1, 9, 3), (1, 15, 3), (2, 9, 3), (1, 8, 2), (3, 27, 3), (1, 15, 2.5), (2, 30, 2.5)):
         budget = Budget(num_samples=8, max_epochs=top, grace_epochs=grace, reduction_factor=eta)
-        tune_rungs = sorted(m for m, _ in asha(budget, "val_acc", "max")._brackets[0]._rungs if m < top)
-        assert list(budget.rungs) == tune_rungs, (grace, top, eta)
+        tune_rungs = [m for m in _compat.asha_milestones(asha(budget, "val_acc", "max")) if m < top]
+        assert list(budget.rungs) == [math.ceil(m) for m in tune_rungs], (grace, top, eta)
 
 
 def test_multi_objective_study_prunes_without_intermediate_values():
@@ -108,15 +113,13 @@ def test_a_restored_searcher_reopens_its_journal_where_the_folder_is_now(tmp_pat
     from tuner.searcher import JOURNAL, journal_storage
     old = tmp_path / "old"
     old.mkdir()
-    s = FidelityOptunaSearch(metric="val_acc", mode="max", seed=0, max_epochs=3, study_name="exp",
-                             storage=journal_storage(old / JOURNAL))
-    s.set_search_properties(None, None, {"lr": tune.loguniform(1e-3, 1.0)})
+    s = searcher(study_name="exp", journal=old / JOURNAL)
     run(s, "a", 3)
     s.suggest("b")                                   # running when Tune took its snapshot
     s.save(str(old / "searcher-state.pkl"))
     s.suggest("c")                                   # suggested after the snapshot; then the driver died
     shutil.copytree(old, tmp_path / "moved")
-    restored = FidelityOptunaSearch(max_epochs=3)
+    restored = FidelitySearcher(max_epochs=3)
     restored.restore(str(tmp_path / "moved" / "searcher-state.pkl"))
     run(restored, "d", 3)
     moved = optuna.load_study(study_name="exp", storage=journal_storage(tmp_path / "moved" / JOURNAL))
@@ -137,13 +140,12 @@ def lr_draws(num_samples, sampler=None, **levers):
     import optuna
 
     from tuner.schema import Budget, SearchEntry
-    from tuner.searcher import make_searcher
-    from tuner.space import SearchSpace
+    from levers import variant_searcher
     space = {"lr": SearchEntry(type="loguniform", low=1e-3, high=1.0)}
     budget = Budget(num_samples=num_samples, max_epochs=1, grace_epochs=1, reduction_factor=3)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    s = (make_searcher(space, "val_acc", "max", 0, budget, **levers) if sampler is None else
-         FidelityOptunaSearch(space=SearchSpace(space), metric="val_acc", mode="max", sampler=sampler, max_epochs=1))
+    s = (variant_searcher(space, "val_acc", "max", 0, budget, **levers) if sampler is None else
+         FidelitySearcher(space=SearchSpace(space), metric="val_acc", mode="max", sampler=sampler, max_epochs=1))
     out = []
     for i in range(num_samples):
         lr = s.suggest(f"t{i}")["lr"]
@@ -190,7 +192,7 @@ def test_a_diverging_trials_loss_at_a_rung_does_not_let_chance_level_trials_thro
     class T:
         trial_id: str
 
-    def decisions(cutoff=None):
+    def decisions(cutoff="ranked"):
         s = asha(Budget(num_samples=8, max_epochs=9, grace_epochs=1, reduction_factor=3), "val_loss", "min", cutoff)
         out = []
         for tid, loss in (("diverging", 1000.0), ("good", 0.5), ("chance", 2.3), ("better", 0.4)):

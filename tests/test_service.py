@@ -58,8 +58,8 @@ def test_search_reaches_its_metric_and_asha_stops_early(small_run):
 
 
 def _study(exp):
-    from tuner.searcher import FidelityOptunaSearch
-    s = FidelityOptunaSearch(max_epochs=exp.budget.max_epochs)
+    from tuner.searcher import FidelitySearcher
+    s = FidelitySearcher(max_epochs=exp.budget.max_epochs)
     s.restore_from_dir(str(exp.exp_dir))
     return s.study
 

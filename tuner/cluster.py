@@ -215,8 +215,8 @@ def ready_train_view(exp: Experiment) -> None:
         return
     import ray
     try:
-        from ray.train.v2._internal.state.state_actor import get_or_create_state_actor
-        ray.get(get_or_create_state_actor().get_train_runs.remote(), timeout=120)
+        from . import _compat
+        ray.get(_compat.train_state_actor().get_train_runs.remote(), timeout=120)
     except Exception as e:  # noqa: BLE001 - the Train view is a view: the run goes on without it
         logging.getLogger(__name__).warning("Ray Train's state actor did not start (%s): the dashboard's Train "
                                             "view may miss this run", e)

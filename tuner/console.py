@@ -61,57 +61,62 @@ class Console(Callback):
                  tty: bool | None = None, clock: Callable[[], float] = time.monotonic, redraw_s: float = 1.0):
         self.total, self.metric, self.mode, self.searched = total, metric, mode, list(searched)
         self.max_epochs, self.grace, self.eta = max_epochs, grace_epochs, reduction_factor
-        self._stream, self._tty = stream, tty
+        self.stream_given, self.tty_given = stream, tty
         self.clock, self.redraw_s = clock, redraw_s
         self.t0 = clock()
         self.rows: dict[str, dict[str, Any]] = {}   # trial id -> state, status, epoch, metric, samples/s, params
         self.ended: set[str] = set()
         self.best: float | None = None
-        self._drawn = 0          # table lines on screen now
-        self._last_draw = -math.inf
+        self.drawn = 0          # table lines on screen now
+        self.last_draw = -math.inf
 
     # Tune pickles its callbacks with the experiment (for resume): no stream in the state.
     def __getstate__(self):
         state = dict(self.__dict__)
-        state["_stream"] = None
+        state["stream_given"] = None
+        state.pop("_stream", None)
         return state
+
+    def __setstate__(self, state):
+        from . import _compat
+        self.__dict__.update(_compat.console_state(state))
 
     @property
     def stream(self) -> TextIO:
-        return self._stream or sys.stdout
+        return self.stream_given or sys.stdout
 
     @property
     def tty(self) -> bool:
-        return self.stream.isatty() if self._tty is None else self._tty
+        return self.stream.isatty() if self.tty_given is None else self.tty_given
 
     # ------------------------------------------------------------ Tune's hooks
 
     def setup(self, **info):
-        self.t0, self._drawn, self._last_draw = self.clock(), 0, -math.inf  # also on resume
+        self.t0, self.drawn, self.last_draw = self.clock(), 0, -math.inf  # also on resume
 
     def on_step_begin(self, iteration, trials, **info):
         for t in trials:  # trials that ended before a resume count as done
             if t.trial_id not in self.rows and t.status in ("TERMINATED", "ERROR"):
                 last = t.last_result or {}
-                self._row(t).update(state=t.status, status=str(last.get("status", "")),
+                self.row(t).update(state=t.status, status=str(last.get("status", "")),
                                     epoch=int(last.get("epoch", 0) or 0), value=last.get(self.metric),
                                     sps=last.get("samples_per_s"))
                 self.ended.add(t.trial_id)
 
     def on_trial_start(self, iteration, trials, trial, **info):
-        row = self._row(trial)
+        row = self.row(trial)
         row["state"] = "RUNNING"
-        self._event(trial, "started", params_text(row["params"]))
+        self.event(trial, "started", params_text(row["params"]))
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
-        row = self._row(trial)
+        row = self.row(trial)
         row.update(epoch=int(result.get("epoch", row["epoch"]) or 0), status=str(result.get("status", "")),
                    value=result.get(self.metric), sps=result.get("samples_per_s"))
-        if self.tty and self.clock() - self._last_draw >= self.redraw_s:
-            self._redraw()
+        if self.tty and self.clock() - self.last_draw >= self.redraw_s:
+            self.redraw()
 
     def on_trial_complete(self, iteration, trials, trial, **info):
-        row = self._row(trial)
+        row = self.row(trial)
         row["state"] = "TERMINATED"
         last = trial.last_result or {}
         status, epoch = str(last.get("status", row["status"])), int(last.get("epoch", row["epoch"]) or 0)
@@ -127,23 +132,23 @@ class Console(Callback):
         if status == "ok" and isinstance(v, (int, float)) and math.isfinite(v):  # as the summary: last values
             if self.best is None or (v > self.best if self.mode == "max" else v < self.best):
                 self.best = float(v)
-        self._event(trial, what, self._metric_text(row))
+        self.event(trial, what, self.metric_text(row))
 
     def on_trial_recover(self, iteration, trials, trial, **info):
-        self._event(trial, "failed, retrying from its last checkpoint", self._error_text(trial))
+        self.event(trial, "failed, retrying from its last checkpoint", self.error_text(trial))
 
     def on_trial_error(self, iteration, trials, trial, **info):
-        self._row(trial)["state"] = "ERROR"
+        self.row(trial)["state"] = "ERROR"
         self.ended.add(trial.trial_id)
-        self._event(trial, "errored", self._error_text(trial))
+        self.event(trial, "errored", self.error_text(trial))
 
     def on_experiment_end(self, trials, **info):
         if self.tty:
-            self._redraw()
+            self.redraw()
 
     # ------------------------------------------------------------ text
 
-    def _row(self, trial) -> dict[str, Any]:
+    def row(self, trial) -> dict[str, Any]:
         row = self.rows.get(trial.trial_id)
         if row is None:
             row = self.rows[trial.trial_id] = {
@@ -151,12 +156,12 @@ class Console(Callback):
                 "params": {k: trial.config.get(k) for k in self.searched if k in trial.config}}
         return row
 
-    def _metric_text(self, row: dict[str, Any]) -> str:
+    def metric_text(self, row: dict[str, Any]) -> str:
         best = "-" if self.best is None else sig4(self.best)
         return f"{self.metric} {sig4(row['value']) if row['value'] is not None else '-'} (best {best})"
 
     @staticmethod
-    def _error_text(trial) -> str:
+    def error_text(trial) -> str:
         """The error's last line (the exception) and the error file inside the experiment folder."""
         text = ""
         for f in (getattr(trial, "error_file", None), Path(trial.path) / "error.txt" if trial.path else None):
@@ -176,11 +181,11 @@ class Console(Callback):
         eta = f"~{clock_text(elapsed * left / done_epochs)} left" if done_epochs else "~? left"
         return f"[{len(self.ended)}/{self.total} done {clock_text(elapsed)} {eta}]"
 
-    def _event(self, trial, what: str, detail: str) -> None:
-        self._erase()
-        self._write(f"{self.progress()} trial {trial.trial_id} {what}" + (f" | {detail}" if detail else ""))
+    def event(self, trial, what: str, detail: str) -> None:
+        self.erase()
+        self.write(f"{self.progress()} trial {trial.trial_id} {what}" + (f" | {detail}" if detail else ""))
         if self.tty:
-            self._redraw()
+            self.redraw()
 
     def table(self) -> list[str]:
         head = ["trial", "state", "status", "epoch", self.metric, "samples/s", *self.searched]
@@ -190,18 +195,18 @@ class Console(Callback):
         widths = [max(len(str(c)) for c in col) for col in zip(head, *body)]
         return ["  ".join(str(c).ljust(w) for c, w in zip(line, widths)).rstrip() for line in [head, *body]]
 
-    def _erase(self) -> None:
-        if self.tty and self._drawn:
-            self.stream.write(f"\x1b[{self._drawn}F\x1b[J")  # up to the table's first line, clear below
-            self._drawn = 0
+    def erase(self) -> None:
+        if self.tty and self.drawn:
+            self.stream.write(f"\x1b[{self.drawn}F\x1b[J")  # up to the table's first line, clear below
+            self.drawn = 0
 
-    def _redraw(self) -> None:
-        self._erase()
+    def redraw(self) -> None:
+        self.erase()
         lines = self.table() + [self.progress()]
         self.stream.write("\n".join(lines) + "\n")
         self.stream.flush()
-        self._drawn, self._last_draw = len(lines), self.clock()
+        self.drawn, self.last_draw = len(lines), self.clock()
 
-    def _write(self, line: str) -> None:
+    def write(self, line: str) -> None:
         self.stream.write(line + "\n")
         self.stream.flush()

@@ -93,6 +93,8 @@ def _private_group(gid: int) -> bool:
 def load_saved(exp_dir: str | Path, journal: bool = False) -> Experiment:
     """The experiment saved in a folder or at a cloud URI (its state downloaded into the local
     copy first; the bucket's access policy is what guards a cloud experiment's pickles)."""
+    from . import _compat
+    _compat.install_old_names()   # its pickles may name classes where version 0.1.0 had them
     if storage.is_uri(exp_dir):
         return _load_remote(str(exp_dir), journal)
     path = Path(exp_dir) / EXPERIMENT_FILE

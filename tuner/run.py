@@ -1,7 +1,6 @@
 """Run and resume an experiment: validate, connect, check the cluster, fit, summarize."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Callable
 
@@ -88,10 +87,12 @@ def _resume(exp: Experiment, exp_dir, address, echo, allow_no_auth, verbose, nod
     ready_train_view(exp)
     if not tune.Tuner.can_restore(exp.location):
         raise ExperimentError(str(exp_dir), ["no Tune state to resume from in this folder"])
-    from .searcher import EXPERIMENT_DIR_ENV
-    os.environ[EXPERIMENT_DIR_ENV] = str(exp.exp_dir)  # where the searcher's journal is now
+    from . import _compat
     tuner = tune.Tuner.restore(exp.location, trainable=trainable_for(exp), resume_unfinished=True,
                                resume_errored=True)
+    searcher = _compat.restored_searcher(tuner)
+    if searcher is not None:
+        searcher.experiment_dir = str(exp.exp_dir)   # where the searcher's journal is now
     echo(f"resuming {exp.location}")
     return summarize(exp, _fit(exp, tuner, session_dir))
 

@@ -35,31 +35,42 @@ def _hparam(v: Any) -> Any:
 
 class TrialTensorBoard(TBXLoggerCallback):
     """Scalars under TAGS at step = epoch; the searched settings and the final metric through
-    the HParams plugin when the trial ends."""
+    the HParams plugin when the trial ends.  Every method Tune calls is our own: nothing of
+    TBXLoggerCallback runs but its type (which tells Tune not to add its own writer)."""
 
     def __init__(self, searched: list[str], metric: str):
-        # Not super().__init__(): it requires tensorboardX.  Ray's log_trial_start opens each
-        # trial's writer with this class: torch's, from the `tensorboard` dependency.
-        from torch.utils.tensorboard import SummaryWriter
-        self._summary_writer_cls = SummaryWriter
-        self._trial_writer: dict = {}
-        self._trial_result: dict = {}
+        # Not super().__init__(): it requires tensorboardX; torch's writer comes with the
+        # `tensorboard` dependency.
+        self.writers: dict = {}
+        self.results: dict = {}
         self.searched, self.metric = list(searched), metric
 
+    def __setstate__(self, state: dict) -> None:
+        from . import _compat
+        self.__dict__.update(_compat.tensorboard_state(state))
+
+    def log_trial_start(self, trial) -> None:
+        from torch.utils.tensorboard import SummaryWriter
+        if trial in self.writers:
+            self.writers[trial].close()
+        trial.init_local_path()
+        self.writers[trial] = SummaryWriter(trial.local_path, flush_secs=30)
+        self.results[trial] = {}
+
     def log_trial_result(self, iteration: int, trial, result: dict) -> None:
-        if trial not in self._trial_writer:
+        if trial not in self.writers:
             self.log_trial_start(trial)
-        writer, step = self._trial_writer[trial], int(result.get("epoch", iteration))
+        writer, step = self.writers[trial], int(result.get("epoch", iteration))
         for key, tag in TAGS.items():
             value = _number(result.get(key))
             if value is not None:
                 writer.add_scalar(tag, value, global_step=step)
         writer.flush()
-        self._trial_result[trial] = result
+        self.results[trial] = result
 
     def log_trial_end(self, trial, failed: bool = False) -> None:
-        writer = self._trial_writer.pop(trial, None)
-        result = self._trial_result.pop(trial, {})
+        writer = self.writers.pop(trial, None)
+        result = self.results.pop(trial, {})
         if writer is None:
             return
         params = {k: _hparam(trial.config.get(k)) for k in self.searched if k in trial.config}

@@ -9,7 +9,7 @@ from tuner.schema import Experiment
 def build_tuner(exp: Experiment, concurrency: int, verbose: bool = False):
     from ray import tune
 
-    from .searcher import JOURNAL, journal_storage, make_searcher
+    from .searcher import JOURNAL, make_searcher
     from .space import param_space
     from .tensorboard import TrialTensorBoard
     multi = exp.second_objective is not None
@@ -21,8 +21,7 @@ def build_tuner(exp: Experiment, concurrency: int, verbose: bool = False):
     # Nothing searched: the trials repeat the fixed settings (Tune's own generator; Optuna
     # would have no space to sample).
     searcher = make_searcher(exp.search, exp.metrics if multi else exp.metric, exp.modes if multi else exp.mode,
-                             exp.seed, exp.budget, storage=journal_storage(journal),
-                             study_name=exp.name) if exp.search else None
+                             exp.seed, exp.budget, journal=journal, study_name=exp.name) if exp.search else None
     if searcher is not None and exp.remote:
         # Tune uploads the searcher's snapshot folder: the journal goes with it.
         searcher.journal_upload = str(journal)
@@ -47,24 +46,21 @@ def build_tuner(exp: Experiment, concurrency: int, verbose: bool = False):
     )
 
 
-# How ASHA's rung cutoff is taken (the benchmark's lever): "ranked", a value some trial recorded
-# at the rung; "interpolated", Ray's own, interpolated between recorded values.
-ASHA_CUTOFF = "ranked"
 
 
-def asha(budget, metric: str | None = None, mode: str | None = None, cutoff: str | None = None):
+def asha(budget, metric: str | None = None, mode: str | None = None, cutoff: str = "ranked"):
     """The scheduler every search runs under: ASHA over the budget's epochs.  A trial goes on
     past a rung if it is not below the top 1/eta of the trials recorded there before it, the
     cutoff taken by rank (numpy's "nearest" percentile): Ray's own interpolates between values,
     so one diverging trial's loss of 1000 at a rung would put the cutoff far above chance level
-    and let every chance-level trial after it through."""
+    and let every chance-level trial after it through.  cutoff="interpolated" keeps Ray's (the
+    benchmarks' lever)."""
     from ray.tune.schedulers import ASHAScheduler
     s = ASHAScheduler(time_attr="epoch", metric=metric, mode=mode, max_t=budget.max_epochs,
                       grace_period=budget.grace_epochs, reduction_factor=budget.reduction_factor)
-    if (cutoff or ASHA_CUTOFF) == "ranked":
-        from .searcher import RankedBracket
-        for b in s._brackets:     # Ray has no public hook for the cutoff: its bracket, subclassed
-            b.__class__ = RankedBracket
+    if cutoff == "ranked":
+        from . import _compat
+        _compat.rank_cutoffs(s)
     return s
 
 

@@ -211,11 +211,9 @@ class TrainStep:
             self.scaler.step(self.optimizer)
             self.scaler.update()
             return
-        self.optimizer.found_inf = bad.float()
-        try:
+        from trainables import _compat
+        with _compat.skip_step_if(self.optimizer, bad):
             self.optimizer.step()
-        finally:
-            self.optimizer.found_inf = None
 
     def _account(self, loss_sum, correct, norm, total, bad, ooms) -> None:
         acc = self._acc

@@ -1,0 +1,166 @@
+"""Each compatibility hook (tuner/_compat.py, trainables/_compat.py) against the installed Ray,
+Optuna and torch: an upgrade that breaks one fails here, by the hook's name.  And an experiment
+folder written by version 0.1.0 (tests/fixtures/written-by-0.1.0) still loads, shows, exports,
+reports and resumes."""
+import functools
+import glob
+import os
+import pickle
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from trainables import _compat as train_compat
+from tuner import _compat
+
+FIXTURE = Path(__file__).resolve().parent / "fixtures" / "written-by-0.1.0"
+
+
+def hook(name):
+    """Run a hook's check; any failure names the hook and the installed versions."""
+    def wrap(check):
+        @functools.wraps(check)
+        def test(*args, **kwargs):
+            try:
+                check(*args, **kwargs)
+            except Exception as e:   # noqa: BLE001 - re-raised with the hook's name
+                import optuna
+                import ray
+                pytest.fail(f"compat hook {name!r} broke with ray {ray.__version__}, optuna {optuna.__version__}, "
+                            f"torch {torch.__version__} (checked against {_compat.CHECKED} / "
+                            f"{train_compat.CHECKED}): {type(e).__name__}: {e}")
+        return test
+    return wrap
+
+
+def _asha(eta=3.0):
+    from tuner.schema import Budget
+    from tuner.tuning import asha
+    return asha(Budget(num_samples=4, max_epochs=15, grace_epochs=1, reduction_factor=eta), "val_loss", "min",
+                cutoff="interpolated")
+
+
+@hook("rank_cutoffs")
+def test_rank_cutoffs():
+    from dataclasses import dataclass
+
+    @dataclass
+    class T:
+        trial_id: str
+
+    def decisions(ranked):
+        s = _asha()
+        if ranked:
+            _compat.rank_cutoffs(s)
+        out = []
+        for tid, loss in (("diverging", 1000.0), ("good", 0.5), ("chance", 2.3)):
+            s.on_trial_add(None, T(tid))
+            out.append(s.on_trial_result(None, T(tid), {"epoch": 1, "training_iteration": 1, "val_loss": loss}))
+        return out
+    # By rank the cutoff is 0.5, a value recorded there: the chance-level trial stops.
+    assert decisions(True)[-1] == "STOP" and decisions(False)[-1] == "CONTINUE"
+
+
+@hook("asha_milestones")
+def test_asha_milestones():
+    assert _compat.asha_milestones(_asha(2.5)) == pytest.approx([1.0, 2.5, 6.25])
+
+
+@pytest.mark.integration
+@hook("train_state_actor")
+def test_train_state_actor(ray_address):
+    import ray
+    assert isinstance(ray.get(_compat.train_state_actor().get_train_runs.remote(), timeout=120), dict)
+
+
+@hook("validate_cluster_config")
+def test_validate_cluster_config():
+    import copy
+
+    import yaml
+    cfg = yaml.safe_load((Path(__file__).resolve().parents[1] / "cluster" / "onprem.yaml").read_text())
+    _compat.validate_cluster_config(copy.deepcopy(cfg))
+    with pytest.raises(Exception):
+        _compat.validate_cluster_config({"cluster_name": "x", "no_such_key": 1})
+
+
+@hook("ray_address_file")
+def test_ray_address_file():
+    assert _compat.ray_address_file().endswith("ray_current_cluster")
+
+
+@hook("restored_searcher")
+def test_restored_searcher(tmp_path):
+    from ray import tune
+
+    from tuner.searcher import FidelitySearcher
+    _compat.install_old_names()
+    folder = shutil.copytree(FIXTURE, tmp_path / FIXTURE.name)
+    def trainable(config):   # the name the run's trainable had
+        return None
+    tuner = tune.Tuner.restore(str(folder), trainable=trainable)
+    assert isinstance(_compat.restored_searcher(tuner), FidelitySearcher)
+
+
+@hook("install_old_names + searcher_state/console_state/tensorboard_state")
+def test_pickles_written_by_0_1_0_load():
+    from tuner.console import Console
+    from tuner.searcher import FidelitySearcher
+    from tuner.tensorboard import TrialTensorBoard
+    _compat.install_old_names()
+    saved = pickle.loads((FIXTURE / "tuner.pkl").read_bytes())
+    tc, rc = saved["_tune_config"], saved["_run_config"]
+    assert isinstance(tc.search_alg, FidelitySearcher) and tc.search_alg.journal
+    assert {type(c) for c in rc.callbacks} == {Console, TrialTensorBoard}
+    console = next(c for c in rc.callbacks if isinstance(c, Console))
+    assert console.stream is sys.stdout and console.drawn == 0
+    s = FidelitySearcher(max_epochs=2)
+    s.restore(glob.glob(str(FIXTURE / "searcher-state-*.pkl"))[0])
+    assert sorted(s.numbers.values()) == [0, 1, 2] and len(s.completed) == 3
+    assert [t.state.name for t in s.study.trials] == ["COMPLETE", "PRUNED", "COMPLETE"]
+
+
+@hook("skip_step_if")
+def test_skip_step_if():
+    for bad, moved in ((1.0, False), (0.0, True)):
+        w = torch.nn.Parameter(torch.ones(3))
+        opt = torch.optim.SGD([w], lr=0.1, fused=True)
+        w.grad = torch.ones(3)
+        with train_compat.skip_step_if(opt, torch.tensor(bad)):
+            opt.step()
+        assert bool((w != 1).any()) == moved, (bad, w)
+        assert getattr(opt, "found_inf", None) is None
+
+
+# ---------------------------------------------------------------- the 0.1.0 folder, end to end
+
+
+@pytest.fixture
+def old_folder(tmp_path):
+    folder = shutil.copytree(FIXTURE, tmp_path / "runs" / FIXTURE.name)
+    for p in [folder, *folder.rglob("*")]:
+        p.chmod(p.stat().st_mode & ~0o022)   # as a run leaves it: only its owner writes
+    return folder
+
+
+def _cli(*args, tmp_path, timeout=300):
+    env = {**os.environ, "TUNER_CACHE": str(tmp_path / "cache")}
+    return subprocess.run([sys.executable, "-m", "tuner", *args], capture_output=True, text=True, timeout=timeout,
+                          env=env, cwd=tmp_path)
+
+
+@pytest.mark.integration
+def test_a_folder_written_by_0_1_0_shows_exports_reports_and_resumes(old_folder, tmp_path, ray_address):
+    r = _cli("status", str(old_folder), tmp_path=tmp_path)
+    assert r.returncode == 0 and "val_acc" in r.stdout, r.stdout + r.stderr
+    r = _cli("export", str(old_folder), "--out", str(tmp_path / "best"), tmp_path=tmp_path)
+    assert r.returncode == 0 and (tmp_path / "best" / "best_config.yaml").is_file(), r.stdout + r.stderr
+    r = _cli("report", str(old_folder), tmp_path=tmp_path)
+    assert r.returncode == 0 and (old_folder / "report" / "report.html").is_file(), r.stdout + r.stderr
+    r = _cli("resume", str(old_folder), "--address", ray_address, tmp_path=tmp_path, timeout=400)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "best val_acc" in r.stdout, r.stdout[-3000:]

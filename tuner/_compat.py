@@ -1,0 +1,133 @@
+"""Every reach into Ray's and Optuna's internals on the service side, in one place.
+
+Each hook names what it touches and the version it was checked against; tests/test_compat.py
+runs each against the installed versions, so an upgrade that breaks one fails by the hook's
+name.  Nothing else in tuner/, tests/ or benchmarks/ uses a private member of a library
+(tests/test_internals.py enforces it).
+
+Checked against: ray 2.60.0, optuna 5.x.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+CHECKED = {"ray": "2.60.0", "optuna": "5"}
+
+
+# ---------------------------------------------------------------- ASHA's rung cutoff
+# ray.tune.schedulers.async_hyperband: ASHAScheduler._brackets, each a _Bracket whose
+# cutoff(recorded) interpolates a percentile; _Bracket._rungs lists (milestone, recorded).
+# Ray has no public hook for the cutoff.  (The search issue replaces this with a scheduler
+# of our own on Ray's public TrialScheduler.)
+
+from ray.tune.schedulers.async_hyperband import _Bracket  # noqa: E402
+
+
+class RankedBracket(_Bracket):
+    """ASHA's bracket with its rung cutoff taken by rank: a value some trial recorded there."""
+
+    def cutoff(self, recorded):
+        if not recorded:
+            return None
+        return np.nanpercentile(list(recorded.values()), (1 - 1 / self.rf) * 100, method="nearest")
+
+
+def rank_cutoffs(scheduler) -> None:
+    """hook rank_cutoffs: ASHAScheduler._brackets' class swapped for RankedBracket."""
+    for b in scheduler._brackets:
+        b.__class__ = RankedBracket
+
+
+def asha_milestones(scheduler) -> list[float]:
+    """hook asha_milestones: the milestones of ASHA's first bracket (_Bracket._rungs)."""
+    return sorted(m for m, _ in scheduler._brackets[0]._rungs)
+
+
+# ---------------------------------------------------------------- Ray Train's state actor
+# ray.train.v2._internal.state.state_actor.get_or_create_state_actor: the actor the
+# dashboard's Train view reads; no public way to start it before the first run.
+
+def train_state_actor():
+    """hook train_state_actor: Ray Train V2's state actor, started if it is not running."""
+    from ray.train.v2._internal.state.state_actor import get_or_create_state_actor
+    return get_or_create_state_actor()
+
+
+# ---------------------------------------------------------------- Tuner.restore
+# ray.tune.Tuner._local_tuner._tune_config.search_alg: the searcher Tuner.restore unpickled,
+# before fit() restores its state; Ray has no public accessor, and no argument of
+# Tuner.restore reaches the searcher.
+
+def restored_searcher(tuner):
+    """hook restored_searcher: the search algorithm inside a restored Tuner."""
+    return tuner._local_tuner._tune_config.search_alg
+
+
+# ---------------------------------------------------------------- Ray's own helpers (tests)
+
+def validate_cluster_config(cfg: dict) -> None:
+    """hook validate_cluster_config: ray.autoscaler._private.util prepare_config then
+    validate_config, what `ray up` runs on a cluster file before launching."""
+    from ray.autoscaler._private.util import prepare_config, validate_config
+    validate_config(prepare_config(cfg))
+
+
+def ray_address_file() -> str:
+    """hook ray_address_file: ray._private.utils.get_ray_address_file, where a local Ray
+    records itself as the cluster Ray's state API joins when given no address."""
+    from ray._private.utils import get_ray_address_file
+    return get_ray_address_file(None)
+
+
+# ---------------------------------------------------------------- folders written by 0.1.0
+# Version 0.1.0 pickled, into tuner.pkl and searcher-state-*.pkl: tuner.run.trial_folder_name,
+# tuner.searcher.FidelityOptunaSearch (a subclass of Ray's OptunaSearch, its state Ray's
+# private fields), tuner.searcher.RankedBracket and InterleavedTPESampler, and the Console
+# and TrialTensorBoard callbacks with underscored fields.  These aliases and state
+# conversions let `resume` (and anything else that unpickles) read such folders.
+
+def install_old_names() -> None:
+    """Module attributes under the names 0.1.0 pickled (explicit, only when a folder is loaded)."""
+    import optuna
+
+    from tuner import run, searcher, tuning
+    run.trial_folder_name = tuning.trial_folder_name
+    searcher.FidelityOptunaSearch = searcher.FidelitySearcher
+    searcher.RankedBracket = RankedBracket
+    searcher.InterleavedTPESampler = optuna.samplers.TPESampler
+
+
+def searcher_state(state: dict[str, Any]) -> dict[str, Any]:
+    """A FidelitySearcher's state; one written by 0.1.0 (Ray OptunaSearch's fields: _ot_trials,
+    _completed_trials, _study_name, _storage, _space, _sampler) converted."""
+    if "_ot_trials" not in state:
+        return state
+    out = {k: v for k, v in state.items() if not k.startswith("_") or k in ("_metric", "_mode")}
+    out.update(space=state.get("_space"), sampler=state.get("_sampler"),
+               study_name=state.get("_study_name", "tuner"),
+               numbers={tid: t.number for tid, t in state["_ot_trials"].items()},
+               completed=set(state.get("_completed_trials", ())),
+               journal="optuna-journal.log" if state.get("_storage") is not None else None,
+               experiment_dir=None)
+    for k, default in (("rung_seen", {}), ("unjudged", {}), ("last_results", {}), ("reported", {}),
+                       ("rungs", ()), ("eta", 3), ("journal_upload", None)):
+        out.setdefault(k, default)
+    return out
+
+
+def console_state(state: dict[str, Any]) -> dict[str, Any]:
+    """The console's state; 0.1.0's underscored fields renamed."""
+    renames = {"_stream": "stream_given", "_tty": "tty_given", "_drawn": "drawn", "_last_draw": "last_draw"}
+    return {renames.get(k, k): v for k, v in state.items()}
+
+
+def tensorboard_state(state: dict[str, Any]) -> dict[str, Any]:
+    """TrialTensorBoard's state; 0.1.0 kept Ray TBXLoggerCallback's own fields (_trial_writer,
+    _trial_result, _summary_writer_cls): its writers are not carried over (closed with the run)."""
+    out = {k: v for k, v in state.items() if not k.startswith("_")}
+    out.setdefault("writers", {})
+    out.setdefault("results", {})
+    return out
+
