@@ -17,12 +17,9 @@ its end; the compute each epoch reports (epoch_s) is taken out, so what remains 
           process start when one is needed, and the start)
 A third run alternates the in-process trials between reservations (1 and 2 CPUs, as the
 torch loader's num_workers decides), so Tune cannot reuse one actor for them.
-The rows run twice, each on its own local Ray: as `tuner run` starts them (the fork server of
-trainables/runtime/forkserver.py forks each trial's training process, torch already imported) and
-without it (TUNER_FORK_SERVER=off: the trial trains in its own actor process).
-Targets on 2 cores: in-process start+end <= 2 s (both ways); a DDP trial as the defaults
+Targets on 2 cores: in-process start+end <= 2 s; a DDP trial as the defaults
 start it (ranks started by the trial) start+end <= 10 s and report <= 0.5 s.  TorchTrainer
-(the path for ranks on several nodes, no fork server) is printed beside it, against the same
+(the path for ranks on several nodes) is printed beside it, against the same
 targets.
 """
 from __future__ import annotations
@@ -40,7 +37,6 @@ os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_
 import ray  # noqa: E402
 from ray import tune  # noqa: E402
 
-from trainables.runtime import forkserver  # noqa: E402
 from trainables.config import TrainConfig  # noqa: E402
 from trainables.runtime.trainable import make_trainable  # noqa: E402
 
@@ -91,41 +87,29 @@ def measure(workers: int, storage: str, cache: str, vary: bool = False, ddp: str
             "gap_s": statistics.mean(gaps), "trials": len(stamps.results)}
 
 
-def rows(fork: bool, torchtrainer: bool) -> dict:
-    """The rows on a local Ray of their own, with or without the fork server."""
+def rows() -> dict:
+    """The rows on a local Ray of their own."""
     storage, cache = tempfile.mkdtemp(prefix="tuner-overhead-"), tempfile.mkdtemp(prefix="tuner-cache-")
     env = {k: os.environ[k] for k in ("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER",
                                       "RAY_TRAIN_METRICS_ENABLED", "RAY_TRAIN_ENABLE_STATE_TRACKING") if k in os.environ}
-    os.environ.pop(forkserver.ENV, None)   # Ray's processes inherit this process's environment
-    if fork:   # as `tuner run` does before it starts Ray
-        env[forkserver.ENV] = forkserver.start()
     ray.init(address="local", num_cpus=4, include_dashboard=True, dashboard_host="127.0.0.1", log_to_driver=False,
              runtime_env={"env_vars": env})
     try:
-        out = {"in-process": measure(1, storage, cache),
-               "in-process, reservations differ": measure(1, storage, cache, vary=True),
-               "DDP x2, ranks started by the trial": measure(2, storage, cache, ddp="local")}
-        if torchtrainer:
-            out["DDP x2, TorchTrainer"] = measure(2, storage, cache, ddp="train")
+        return {"in-process": measure(1, storage, cache),
+                "in-process, reservations differ": measure(1, storage, cache, vary=True),
+                "DDP x2, ranks started by the trial": measure(2, storage, cache, ddp="local"),
+                "DDP x2, TorchTrainer": measure(2, storage, cache, ddp="train")}
     finally:
         ray.shutdown()
-        os.environ.pop(forkserver.ENV, None)
-    return out
 
 
 def main() -> None:
-    without = rows(fork=False, torchtrainer=False)
-    default = rows(fork=True, torchtrainer=True)
-    inproc, varied = default["in-process"], default["in-process, reservations differ"]
-    local, ddp = default["DDP x2, ranks started by the trial"], default["DDP x2, TorchTrainer"]
-    for title, table in (("fork server (the default)", default), ("no fork server (TUNER_FORK_SERVER=off)", without)):
-        print(title)
-        for name, r in table.items():
-            print(f"  {name:34s} start {r['start_s']:6.2f} s  end {r['end_s']:6.2f} s  fixed {r['fixed_s']:6.2f} s  "
-                  f"per report {r['report_s']:6.3f} s  between trials {r['gap_s']:6.2f} s  ({r['trials']} trials)")
-    for name in without:
-        print(f"fork server / none, {name}: fixed {default[name]['fixed_s'] / without[name]['fixed_s']:.2f}x, "
-              f"between trials {default[name]['gap_s'] / without[name]['gap_s']:.2f}x")
+    table = rows()
+    inproc, varied = table["in-process"], table["in-process, reservations differ"]
+    local, ddp = table["DDP x2, ranks started by the trial"], table["DDP x2, TorchTrainer"]
+    for name, r in table.items():
+        print(f"  {name:34s} start {r['start_s']:6.2f} s  end {r['end_s']:6.2f} s  fixed {r['fixed_s']:6.2f} s  "
+              f"per report {r['report_s']:6.3f} s  between trials {r['gap_s']:6.2f} s  ({r['trials']} trials)")
     for name, r in (("ranks started by the trial", local), ("TorchTrainer", ddp)):
         print(f"{name} / in-process: fixed {r['fixed_s'] / inproc['fixed_s']:.1f}x, "
               f"per report {r['report_s'] / max(inproc['report_s'], 1e-6):.1f}x")
@@ -135,7 +119,6 @@ def main() -> None:
     rnd = lambda r: {k: round(v, 3) for k, v in r.items()}  # noqa: E731
     print("BENCH " + json.dumps({"bench": "trial_overhead", "inprocess": rnd(inproc), "inprocess_reservations_differ": rnd(varied),
                                  "ddp_local": rnd(local), "torchtrainer": rnd(ddp),
-                                 "no_fork_server": {k: rnd(v) for k, v in without.items()},
                                  "targets": {"inprocess_fixed_s": 2.0, "ddp_fixed_s": 10.0, "ddp_report_s": 0.5},
                                  "torchtrainer_meets_ddp_targets": ddp["fixed_s"] <= 10.0 and ddp["report_s"] <= 0.5,
                                  "met": met}))

@@ -287,7 +287,8 @@ def test_accelerator_needs_gpus_and_a_plain_name():
 def test_ddp_ranks_start_in_the_trial_when_one_node_holds_them_else_on_ray_train(monkeypatch, tmp_path):
     import ray
 
-    from tuner.cluster import AUTOSCALER_CONFIG_ENV, ClusterError, largest_need, resolve_ddp
+    from trainables.settings import AUTOSCALER_CONFIG as AUTOSCALER_CONFIG_ENV
+    from tuner.cluster import ClusterError, largest_need, resolve_ddp
     from trainables.runtime.trainable import DRIVER_CPU
     spec = "name: d\nresources: {workers: 2, cpus_per_worker: 2, gpus_per_worker: 1%s}\n"
     exp = parse(spec % "")

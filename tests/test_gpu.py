@@ -65,27 +65,3 @@ def test_a_cuda_trial_reports_nvml_and_torch_memory_figures(tmp_path):
                     "crop_padding": 1}, PlainSession("cuda"))
     print({k: m[k] for k in m if k.startswith(("gpu_", "cuda_"))})
     assert 0 <= m["gpu_util"] <= 100 and m["gpu_mem_total_gib"] > 1 and m["cuda_peak_allocated_gib"] > 0
-
-
-def test_a_training_process_forked_by_the_fork_server_trains_on_cuda(tmp_path, monkeypatch):
-    # The server imports torch but must never touch CUDA: a fork of a process that had
-    # initialised it could not use the GPU.
-    from dataclasses import asdict
-
-    from conftest import digits_config
-    from trainables.runtime import forkserver
-    from trainables.runtime.ranks import run_ranks
-    from trainables.runtime.session import PlainSession
-    path = forkserver.start()
-    assert path
-
-    def no_new_python(*a, **k):
-        raise AssertionError("the rank was not forked by the server")
-    monkeypatch.setattr("trainables.runtime.ranks.subprocess.Popen", no_new_python)
-    try:
-        cfg = digits_config(str(tmp_path / "cache"), epochs=1, max_steps_per_epoch=3, device="cuda")
-        session = PlainSession("cpu")
-        run_ranks(1, {"config": asdict(cfg), "device": "cuda", "threads": 1}, session, restarts=0)
-        assert [r["epoch"] for r in session.reports] == [1]
-    finally:
-        forkserver.stop()

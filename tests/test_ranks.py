@@ -1,7 +1,6 @@
 """A DDP trial's ranks as processes of the trial (trainables/runtime/ranks.py), without Ray: the same
 train_loop on two gloo ranks, rank 0's reports only, restarts from the latest checkpoint, and
-no rank outliving the process that started it.  Each runs both ways a rank starts: a new Python
-process, and a fork of the warm fork server (trainables/runtime/forkserver.py)."""
+no rank outliving the process that started it."""
 import os
 import signal
 import subprocess
@@ -15,7 +14,6 @@ import pytest
 
 from conftest import digits_config
 from trainables.runtime import checkpoint as ckpt_io
-from trainables.runtime import forkserver
 from trainables.runtime.ranks import RankError, run_ranks
 from trainables.runtime.session import PlainSession
 
@@ -37,30 +35,6 @@ def _alive(pid: int) -> bool:
         return False
 
 
-@pytest.fixture(scope="module")
-def fork_server():
-    """One warm server for the module; a test uses it only through the `start` fixture."""
-    path = forkserver.start()
-    assert path
-    os.environ.pop(forkserver.ENV)
-    yield path
-    forkserver.stop()
-
-
-@pytest.fixture(params=["python", "fork server"])
-def start(request, monkeypatch):
-    """How the ranks start: `python -m trainables.runtime.ranks`, or forked by the server."""
-    if request.param == "fork server":
-        monkeypatch.setenv(forkserver.ENV, request.getfixturevalue("fork_server"))
-
-        def no_new_python(*a, **k):   # a rank the server did not fork would pass unnoticed
-            raise AssertionError("a rank was started as a new Python, not forked by the server")
-        monkeypatch.setattr("trainables.runtime.ranks.subprocess.Popen", no_new_python)
-    else:
-        monkeypatch.delenv(forkserver.ENV, raising=False)
-    return request.param
-
-
 def _ppid(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[1])
 
@@ -73,8 +47,7 @@ def _wait_for(pred, timeout=60.0, what=""):
 
 
 @pytest.mark.timeout(120)
-def test_two_ranks_train_and_only_rank_zero_reports_with_a_checkpoint_each_epoch(cache_dir, tmp_path, monkeypatch,
-                                                                                 start):
+def test_two_ranks_train_and_only_rank_zero_reports_with_a_checkpoint_each_epoch(cache_dir, tmp_path, monkeypatch):
     import tempfile
     (tmp_path / "tmp").mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))   # where the group's store goes
@@ -88,7 +61,7 @@ def test_two_ranks_train_and_only_rank_zero_reports_with_a_checkpoint_each_epoch
 
 @pytest.mark.timeout(180)
 def test_a_killed_rank_restarts_the_group_from_the_latest_checkpoint_until_the_budget_is_spent(cache_dir, tmp_path,
-                                                                                             capfd, start):
+                                                                                             capfd):
     faults = tmp_path / "faults"
     faults.mkdir()
     (faults / "hold").write_text("2")      # every start of the group waits before epoch 2
@@ -122,23 +95,19 @@ import sys
 from dataclasses import asdict
 sys.path.insert(0, {tests!r})
 from conftest import digits_config
-from trainables.runtime import forkserver
 from trainables.runtime.ranks import run_ranks
 from trainables.runtime.session import PlainSession
-if {fork!r}:
-    forkserver.start()
 cfg = digits_config({cache!r}, workers=2, epochs=3, micro_batch_size=32, max_steps_per_epoch=3, fault_dir={faults!r})
 run_ranks(2, {{"config": asdict(cfg), "device": "cpu", "threads": 1}}, PlainSession("cpu"), restarts=0)
 """
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("fork", [False, True], ids=["python", "fork server"])
-def test_the_ranks_end_when_the_process_that_started_them_is_killed(cache_dir, tmp_path, fork):
+def test_the_ranks_end_when_the_process_that_started_them_is_killed(cache_dir, tmp_path):
     faults = tmp_path / "faults"
     faults.mkdir()
     (faults / "hold").write_text("2")
-    code = DRIVER.format(tests=str(Path(__file__).parent), cache=cache_dir, faults=str(faults), fork=fork)
+    code = DRIVER.format(tests=str(Path(__file__).parent), cache=cache_dir, faults=str(faults))
     root = Path(__file__).resolve().parents[1]
     (tmp_path / "tmp").mkdir()
     driver = subprocess.Popen([sys.executable, "-c", code], cwd=root, start_new_session=True,
@@ -147,14 +116,10 @@ def test_the_ranks_end_when_the_process_that_started_them_is_killed(cache_dir, t
         _wait_for(lambda: all((faults / f"rank{r}.pid").exists() for r in (0, 1)), what="both ranks to start")
         ranks = [int((faults / f"rank{r}.pid").read_text()) for r in (0, 1)]
         assert all(_alive(p) for p in ranks)
-        # Forked by the server, the ranks are not the driver's children: only the watch on the
-        # driver's pid can end them.
-        assert all((_ppid(p) == driver.pid) != fork for p in ranks)
+        assert all(_ppid(p) == driver.pid for p in ranks)
         driver.kill()                       # SIGKILL: no finally, no atexit in the driver
         driver.wait()
         _wait_for(lambda: not any(_alive(p) for p in ranks), timeout=10, what="the ranks to die with their driver")
-        # The fork server ended with the driver and took its socket's folder with it.
-        _wait_for(lambda: not list((tmp_path / "tmp").glob("tuner-fork-*")), timeout=10, what="no fork server folder")
     finally:
         if driver.poll() is None:
             driver.kill()
@@ -164,50 +129,8 @@ def test_the_ranks_end_when_the_process_that_started_them_is_killed(cache_dir, t
             pass
 
 
-@pytest.mark.timeout(120)
-def test_a_forked_rank_takes_the_trials_environment_folder_and_output(cache_dir, tmp_path, monkeypatch, fork_server,
-                                                                      capfd):
-    monkeypatch.setenv(forkserver.ENV, fork_server)
-    (tmp_path / "tmp").mkdir()
-    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))   # the rank's checkpoint folders go there
-    monkeypatch.chdir(tmp_path)
-    seen = {}
-
-    class Probe(PlainSession):
-        def report(self, metrics, checkpoint_dir=None):   # runs here, while the rank waits for the answer
-            pid = int((tmp_path / "faults" / "rank0.pid").read_text())
-            seen.update(ppid=_ppid(pid), cwd=os.readlink(f"/proc/{pid}/cwd"), checkpoint=checkpoint_dir)
-            super().report(metrics, checkpoint_dir)
-
-    (tmp_path / "faults").mkdir()
-    session = Probe("cpu")
-    job = _job(cache_dir, workers=1, epochs=1, fault_dir=str(tmp_path / "faults"))
-    run_ranks(1, {**job, "log": "INFO"}, session, restarts=0)
-    assert [r["epoch"] for r in session.reports] == [1]
-    assert seen["ppid"] == forkserver._server["proc"].pid != os.getpid()   # forked by the server
-    assert seen["cwd"] == str(tmp_path) and Path(seen["checkpoint"]).parent == tmp_path / "tmp"
-    assert "epoch 1" in capfd.readouterr().out       # its output is this process's
-
-
-def test_a_forked_process_exit_status_comes_back_and_without_a_server_spawn_says_so(fork_server, monkeypatch):
-    import socket
-    monkeypatch.setenv(forkserver.ENV, fork_server)
-    ours, theirs = socket.socketpair()
-    child = forkserver.spawn(theirs.fileno())
-    theirs.close()
-    assert child is not None and _alive(child.pid) and child.poll() is None
-    with pytest.raises(subprocess.TimeoutExpired):
-        child.wait(timeout=0.2)                # waiting for its job
-    child.terminate()
-    assert child.wait(timeout=10) == -signal.SIGTERM
-    ours.close()
-    # No server to ask: the caller is told so and starts its process itself.
-    monkeypatch.setenv(forkserver.ENV, str(Path(fork_server).with_name("gone")))
-    assert not forkserver.available() and forkserver.spawn(0) is None
-
-
 @pytest.mark.timeout(60)
-def test_a_one_worker_training_process_fails_with_its_own_error(cache_dir, tmp_path, start):
+def test_a_one_worker_training_process_fails_with_its_own_error(cache_dir, tmp_path):
     # What a trial that trained in its own process would raise (the status and error file name it).
     from trainables.data.sources import DataError
     job = _job(cache_dir, workers=1, dataset="cifar10", data_root=str(tmp_path / "no-data"))

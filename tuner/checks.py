@@ -6,11 +6,11 @@ import dataclasses
 import difflib
 import itertools
 import math
-import os
 from typing import Any
 
 from pydantic import ValidationError
 
+from trainables import settings
 from trainables.config import TORCH_LOADER_FIELDS, TrainConfig, problems_of, range_text
 from tuner.schema import (
     MAX_COMBINATIONS,
@@ -140,7 +140,7 @@ def _rules(cfg: TrainConfig, has_gpu: bool) -> list[str]:
     only an experiment can judge (a global batch that fits the data set, Triton without GPUs)."""
     rules = [r + " (resources.gpus_per_worker is 0)" if "needs a CUDA GPU" in r else r
              for r in problems_of(cfg, has_gpu)]
-    if cfg.kernels == "triton" and not has_gpu and os.environ.get("TRITON_INTERPRET") != "1":
+    if cfg.kernels == "triton" and not has_gpu and not settings.read().triton_interpret:
         rules.append("kernels='triton' needs a GPU and resources.gpus_per_worker is 0; use kernels: auto")
     size = cfg.synthetic_size if cfg.dataset == "synthetic" else TRAIN_SIZES.get(cfg.dataset)
     if cfg.train_subset:

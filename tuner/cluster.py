@@ -3,16 +3,14 @@ where DDP ranks run, and the preflight of the folders and of every node."""
 from __future__ import annotations
 
 import logging
-import os
-from pathlib import Path
 from typing import Callable
 
 import yaml
 
+from trainables import settings
 from trainables.runtime import storage
 from trainables.runtime.preflight import (
     MARKER,
-    PREFLIGHT_ENV,
     PreflightError,
     check_folders,
 )
@@ -45,7 +43,7 @@ class NodeCheck:
         self.path = storage.join(exp.storage_path if exp.remote else exp.exp_dir.parent, f"{MARKER}-{exp.name}")
         self.token = secrets.token_hex(16)
         self.versions = versions()
-        self.env = {PREFLIGHT_ENV: f"{self.path}\n{self.token}\n" + " ".join(self.versions[k] for k in ("python", "ray", "torch"))}
+        self.env = {settings.PREFLIGHT: f"{self.path}\n{self.token}\n" + " ".join(self.versions[k] for k in ("python", "ray", "torch"))}
 
     def check_nodes(self, timeout_s: float = 180) -> None:
         """Write the marker, then a task pinned to every alive node runs the checks;
@@ -130,17 +128,14 @@ def fitting_concurrency(exp: Experiment, cluster: dict[str, float], free: dict[s
     return max(1, min(cap, exp.budget.num_samples))
 
 
-AUTOSCALER_CONFIG_ENV = "TUNER_AUTOSCALER_CONFIG"
 
 
-# Where `ray up` leaves the autoscaler's config on the head node (where a job's driver runs).
-BOOTSTRAP_CONFIG = "~/ray_bootstrap_config.yaml"
 
 
 def node_types() -> dict[str, dict[str, float]]:
     """The worker node types the cluster's autoscaler may start (name -> one node's resources),
     from TUNER_AUTOSCALER_CONFIG or `ray up`'s config on the head; {} when there is none."""
-    path = Path(os.environ.get(AUTOSCALER_CONFIG_ENV) or BOOTSTRAP_CONFIG).expanduser()
+    path = settings.read().autoscaler_config
     if not path.is_file():
         return {}
     try:

@@ -7,15 +7,9 @@ import os
 from pathlib import Path
 from typing import Callable
 
-from trainables.runtime import forkserver
+from trainables import settings
 from tuner.cluster import ClusterError, largest_need
 from tuner.schema import Experiment
-
-# Ray Train's controller polls its workers this often (default 2 s); shorter ends a
-# TorchTrainer trial ~6 s sooner after its last report.
-TRAIN_ENV = {"RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.2"}
-
-
 
 
 def connect(address: str | None, exp: Experiment, echo: Callable[[str], None] = print,
@@ -27,22 +21,17 @@ def connect(address: str | None, exp: Experiment, echo: Callable[[str], None] = 
 
     from .console import quiet_logs
     quiet_logs(verbose)
+    os.environ.update(settings.driver_env(verbose))   # read by Tune in this process, when the run starts
     if ray.is_initialized():
         return None
-    local = not (address or os.environ.get("RAY_ADDRESS"))
-    if local and os.environ.get("RAY_AUTH_MODE", "").strip().lower() == "disabled" and not allow_no_auth:
+    conf = settings.read()
+    address = address or conf.ray_address
+    if not address and conf.ray_auth_disabled and not allow_no_auth:
         raise ClusterError("RAY_AUTH_MODE=disabled in the environment would start a local Ray whose dashboard, "
                            "jobs API and ports answer anyone who can reach them; unset it (token authentication "
                            "is the default) or pass --allow-no-auth to accept that")
     log_level = logging.INFO if verbose else logging.WARNING
-    for k, v in TRAIN_ENV.items():
-        os.environ.setdefault(k, v)
-    runtime_env = {"env_vars": {**{k: os.environ[k] for k in TRAIN_ENV}, **(env or {})}}
-    # The trials on this machine fork their training processes from one warm process
-    # (trainables/runtime/forkserver.py); TUNER_FORK_SERVER=off starts none.
-    if os.environ.get(forkserver.ENV, "").lower() != "off" and forkserver.start():
-        runtime_env["env_vars"][forkserver.ENV] = os.environ[forkserver.ENV]
-    address = address or os.environ.get("RAY_ADDRESS")
+    runtime_env = {"env_vars": {**settings.trial_env(local_ray=not address), **(env or {})}}
     if address:
         try:
             ctx = ray.init(address=address, runtime_env=runtime_env, log_to_driver=False, logging_level=log_level)
@@ -53,10 +42,6 @@ def connect(address: str | None, exp: Experiment, echo: Callable[[str], None] = 
         need = largest_need(exp)
         # Logical CPUs: at least one trial must fit, even on a 2-core laptop.
         cpus = max(os.cpu_count() or 1, math.ceil(need["CPU"]))
-        # No spot instances on an embedded local Ray: skip Ray Train's preemption watcher,
-        # one more process per DDP trial (~1.5 s of CPU at start on a small machine).
-        os.environ.setdefault("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER", "0")
-        runtime_env["env_vars"]["RAY_TRAIN_ENABLE_PREEMPTION_WATCHER"] = os.environ["RAY_TRAIN_ENABLE_PREEMPTION_WATCHER"]
         ctx = ray.init(address="local", num_cpus=cpus, include_dashboard=True, dashboard_host="127.0.0.1",
                        runtime_env=runtime_env, log_to_driver=False, logging_level=log_level)
         echo(f"started a local Ray ({cpus} logical CPUs)")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import sys
 import time
 from pathlib import Path
@@ -30,14 +29,12 @@ REPEATS = ("ray.tune.execution.tune_controller", "ray.tune.tune")
 
 def quiet_logs(verbose: bool) -> None:
     """Ray's and Optuna's INFO lines off unless verbose; warnings and errors stay, except the
-    ones the console prints itself.  Tune's own output (its new engine prints the experiment
-    box and error boxes even when silent) goes with its legacy engine at verbose=0."""
+    ones the console prints itself (Tune's output engine: trainables.settings.driver_env)."""
     level = logging.INFO if verbose else logging.WARNING
     for name in CHATTY:
         logging.getLogger(name).setLevel(level)
     for name in REPEATS:
         logging.getLogger(name).setLevel(logging.NOTSET if verbose else logging.CRITICAL)
-    os.environ["RAY_AIR_NEW_OUTPUT"] = "1" if verbose else "0"
     import optuna
     optuna.logging.set_verbosity(optuna.logging.INFO if verbose else optuna.logging.WARNING)
 

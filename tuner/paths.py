@@ -10,27 +10,18 @@ such as s3://bucket/runs).  A URI storage_path is left as it is.
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
+from trainables import settings
 from trainables.runtime.storage import is_uri
 
 from .schema import Experiment
 
-JOB_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"  # set by Ray's job supervisor for the entrypoint
-STORAGE_ENV = "TUNER_STORAGE"
-HOME_ENV = "TUNER_HOME"
-
-
-def in_ray_job() -> bool:
-    return bool(os.environ.get(JOB_ENV))
-
 
 def base() -> Path:
     """What relative paths are relative to."""
-    if in_ray_job():
-        return Path(os.environ.get(HOME_ENV) or Path.home() / "tuner").expanduser()
-    return Path.cwd()
+    conf = settings.read()
+    return conf.home if conf.in_ray_job else Path.cwd()
 
 
 def _absolute(path: str, root: Path) -> str:
@@ -45,7 +36,7 @@ def settle(exp: Experiment) -> Experiment:
     root = base()
     storage = exp.storage_path
     if not is_uri(storage) and not Path(storage).expanduser().is_absolute():
-        storage = os.environ.get(STORAGE_ENV) or storage
+        storage = settings.read().storage or storage
     if not is_uri(storage):  # a cloud URI (s3://, gs://) is the same place from everywhere
         storage = _absolute(storage, root)
     train = exp.train.model_copy(update={"cache_dir": _absolute(exp.train.cache_dir, root),

@@ -89,7 +89,6 @@ def check_folders(folders: dict[str, str | os.PathLike], min_free: int = MIN_FRE
 # ---------------------------------------------------------------- every node of a cluster
 
 MARKER = ".tuner-preflight"   # in the experiment folder: the run's token; every node must read it
-PREFLIGHT_ENV = "TUNER_PREFLIGHT"  # "<marker path>\n<token>\n<python> <ray> <torch>" for trials
 
 
 def versions() -> dict[str, str]:
@@ -160,7 +159,8 @@ def _uri_problems(marker: str, token: str) -> list[str]:
 def trial_node_check() -> None:
     """In a trial, before it trains: the node it landed on (one that may have joined after the
     run started) passes the same checks; PreflightError otherwise."""
-    spec = os.environ.get(PREFLIGHT_ENV)
+    from trainables import settings
+    spec = settings.read().preflight
     if not spec:
         return
     marker, token, *rest = spec.split("\n")

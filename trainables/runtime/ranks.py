@@ -11,12 +11,9 @@ Ray Train's FailureConfig does for its worker group); then the trial fails with 
 error and Tune's own retries take over.  The ranks die with the trial's process (Linux's
 parent-death signal), so a trial Tune ends or kills leaves none behind.
 
-Where `run` started a fork server on this machine (trainables/runtime/forkserver.py), each rank is a
-fork of it, torch already imported, and ends when the trial's process does (a watch on its
-pid; its parent is the server).  A one-worker trial trains the same way, as a group of one
-rank with no process group, and fails with its training process's own exception.  Without a
-server the ranks are plain `python -m trainables.runtime.ranks` processes, not multiprocessing's spawn:
-that would re-import the Ray worker's main module (and Ray) in every rank.
+The ranks are plain `python -m trainables.runtime.ranks` processes, not multiprocessing's
+spawn: that would re-import the Ray worker's main module (and Ray) in every rank.  `tuner
+train` of a DDP config starts its ranks the same way, without Ray.
 """
 from __future__ import annotations
 
@@ -34,8 +31,6 @@ import time
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any, Callable
-
-from trainables.runtime import forkserver
 
 # Seconds a rank gets to exit after SIGTERM before SIGKILL.
 STOP_GRACE_S = 5.0
@@ -59,14 +54,14 @@ class RankGroup:
         self.world = world
         self.store_dir = tempfile.mkdtemp(prefix="tuner-ranks-")
         self.conns: dict[int, Connection] = {}
-        self.procs: dict[int, subprocess.Popen | forkserver.Forked] = {}
+        self.procs: dict[int, subprocess.Popen] = {}
         self.error: BaseException | None = None   # the first failed rank's exception, when it pickles
         env = dict(os.environ)
         root = str(Path(__file__).resolve().parents[2])   # where `trainables` is importable from
         env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
         for rank in range(world):
             ours, theirs = socket.socketpair()
-            proc = forkserver.spawn(theirs.fileno()) or subprocess.Popen(
+            proc = subprocess.Popen(
                 [sys.executable, "-m", "trainables.runtime.ranks", str(theirs.fileno()), str(os.getpid())],
                 pass_fds=[theirs.fileno()], env=env)
             theirs.close()

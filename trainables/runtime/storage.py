@@ -43,7 +43,8 @@ def local_copy(uri: str) -> Path:
     TUNER_CACHE, default ~/.cache/tuner."""
     head, _ = _split(uri)
     scheme, _, rest = head.partition("://")
-    root = Path(os.environ.get("TUNER_CACHE") or Path.home() / ".cache" / "tuner").expanduser()
+    from trainables import settings
+    root = settings.read().cache
     return root / "storage" / scheme / rest
 
 

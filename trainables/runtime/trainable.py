@@ -1,5 +1,4 @@
-"""The Tune trainable: for one worker, train_loop in a process forked by this machine's fork
-server (trainables/runtime/forkserver.py) or, without one, in the trial itself; for two or more, ranks
+"""The Tune trainable: for one worker, train_loop in the trial itself; for two or more, ranks
 the trial starts on its own node (trainables/runtime/ranks.py, when they fit one node) or a Ray Train
 TorchTrainer (ranks on any nodes).  All of them report the same metrics and checkpoints."""
 from __future__ import annotations
@@ -72,12 +71,11 @@ def make_trainable(workers: int, cpus_per_worker: float, gpus_per_worker: float,
         world = max(workers, 1)
 
         def trainable(config: dict[str, Any]) -> None:
-            from trainables.runtime import forkserver
             from trainables.runtime.preflight import trial_node_check
             from trainables.runtime.session import TuneSession
             trial_node_check()   # this node, which may have joined after the run's preflight
             settings = with_model_board(training_settings(config))
-            if world == 1 and not forkserver.available():   # no warm process to fork: train in this one
+            if world == 1:   # one worker: train in the trial's own process
                 from trainables.loop import train_loop
                 train_loop(settings, TuneSession(settings.get("device", "auto")))
                 return
@@ -120,9 +118,6 @@ def _fit_ddp(config: dict[str, Any], workers: int, cpus: float, gpus: float, sto
     from ray.train.torch import TorchConfig, TorchTrainer
     from ray.tune.integration.ray_train import TuneReportCallback
 
-    # The dashboard's Train view lists a run only when state tracking is on where the
-    # TorchTrainer is built: here, in the trial.
-    os.environ.setdefault("RAY_TRAIN_ENABLE_STATE_TRACKING", "1")
     use_gpu = gpus > 0
     resources = worker_resources(config, cpus, gpus, accelerator)
     # The run name comes from the trial id, so a retried or resumed trial finds its own

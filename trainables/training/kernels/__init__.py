@@ -7,7 +7,6 @@ imported when a Triton kernel is chosen, so this package imports without it.
 from __future__ import annotations
 
 import importlib.util
-import os
 
 import torch
 
@@ -19,7 +18,8 @@ __all__ = ["resolve", "triton_reason", "augment", "cross_entropy", "augment_torc
 
 
 def interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+    from trainables import settings
+    return settings.read().triton_interpret
 
 
 def triton_reason(device: torch.device) -> str | None:
