@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test install clean
+.PHONY: demo test check install clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -29,9 +29,14 @@ $(BROWSER): | $(STAMP)
 demo: $(STAMP)
 	$(PY) -m tuner run search_spaces/quickstart.yaml --set name=quickstart-$$(date +%Y%m%d-%H%M%S)
 
-# The whole suite; every test has a timeout (pyproject), Ray tests included.
-test: $(STAMP) $(BROWSER)
+# Lint (ruff's default rules + SLF001), types (mypy on tuner/ and trainables/), then the whole
+# suite; every test has a timeout (pyproject), Ray tests included.
+test: $(STAMP) $(BROWSER) check
 	$(PY) -m pytest -q -p no:cacheprovider --timeout=300 --durations=15
+
+check: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -41,7 +41,7 @@ class GpuSampler:
                 if u.replace("GPU-", "") == uuid.replace("GPU-", ""):
                     self.handle = h
             self.nvml = pynvml
-        except Exception:
+        except Exception:  # noqa: BLE001 - no NVML (driver, library): the figures go without GPU readings
             self.handle = None
 
     def __enter__(self):

@@ -31,13 +31,13 @@ def one(seed: int, sets: list[str]) -> dict:
     run = subprocess.run([sys.executable, "-m", "tuner", "run", str(SPEC), "--set", f"seed={seed}",
                           "--set", f"train.seed={seed}", "--set", f"storage_path={folder}",
                           *(a for kv in sets for a in ("--set", kv))],
-                         capture_output=True, text=True, cwd=ROOT)
+                         check=False, capture_output=True, text=True, cwd=ROOT)
     wall = time.perf_counter() - t0
     if run.returncode != 0:
         sys.exit(f"seed {seed}: `tuner run` failed:\n{run.stdout[-2000:]}\n{run.stderr[-2000:]}")
     best = float(re.search(r"best val_acc = ([0-9.]+)", run.stdout).group(1))
     out = subprocess.run([sys.executable, "-m", "tuner", "export", str(folder / "quickstart"), "--out",
-                          str(folder / "best")], capture_output=True, text=True, cwd=ROOT)
+                          str(folder / "best")], check=False, capture_output=True, text=True, cwd=ROOT)
     if out.returncode != 0:
         sys.exit(f"seed {seed}: `tuner export` failed:\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}")
     metrics = json.loads((folder / "best" / "metrics.json").read_text())

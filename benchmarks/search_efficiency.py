@@ -53,7 +53,8 @@ import statistics
 import tempfile
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 # Set by main() only: the module is imported by the tests, whose other Tune runs need their files.
 BENCH_ENV = {
@@ -67,14 +68,14 @@ BENCH_ENV = {
 import numpy as np
 import optuna
 import ray
+from levers import TopFraction, variant_searcher
 from ray import tune
 from scipy import stats
 
-from tuner.schema import Budget, SearchEntry
 from tuner.config import parse
-from tuner.tuning import asha
-from levers import TopFraction, variant_searcher
+from tuner.schema import Budget, SearchEntry
 from tuner.space import SearchSpace
+from tuner.tuning import asha
 
 # ASHA's rung cutoff for every searcher under it (--asha-cutoff): tuner's own, by rank, or Ray's.
 ASHA_CUTOFF = "ranked"

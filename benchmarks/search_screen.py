@@ -24,11 +24,11 @@ import warnings
 from dataclasses import dataclass
 
 import optuna
-
 import search_efficiency as se
+from levers import variant_searcher
+
 from tuner.schema import Budget
 from tuner.tuning import asha
-from levers import variant_searcher
 
 
 @dataclass

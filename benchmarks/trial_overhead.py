@@ -34,11 +34,13 @@ os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.2")
 os.environ.setdefault("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER", "0")  # as `tuner run` sets on a local Ray
 os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
 
-import ray  # noqa: E402
-from ray import tune  # noqa: E402
+import itertools
 
-from trainables.config import TrainConfig  # noqa: E402
-from trainables.runtime.trainable import make_trainable  # noqa: E402
+import ray
+from ray import tune
+
+from trainables.config import TrainConfig
+from trainables.runtime.trainable import make_trainable
 
 EPOCHS, TRIALS = 6, 3
 
@@ -77,7 +79,7 @@ def measure(workers: int, storage: str, cache: str, vary: bool = False, ddp: str
     for i, (tid, res) in enumerate(runs):
         starts.append(res[0][0] - stamps.start[tid] - res[0][1])
         ends.append(stamps.end[tid] - res[-1][0])
-        reports += [(b[0] - a[0]) - b[1] for a, b in zip(res, res[1:])]
+        reports += [(b[0] - a[0]) - b[1] for a, b in itertools.pairwise(res)]
         if i:
             gaps.append(res[0][0] - runs[i - 1][1][-1][0] - res[0][1])
     print(f"workers={workers} ddp={ddp}: per-trial start {[round(v, 2) for v in starts]} s, end {[round(v, 2) for v in ends]} s, "
@@ -116,7 +118,7 @@ def main() -> None:
     print(f"TorchTrainer / ranks started by the trial: fixed {ddp['fixed_s'] / local['fixed_s']:.1f}x")
     met = (inproc["fixed_s"] <= 2.0 and varied["fixed_s"] <= 2.0 and local["fixed_s"] <= 10.0
            and local["report_s"] <= 0.5)
-    rnd = lambda r: {k: round(v, 3) for k, v in r.items()}  # noqa: E731
+    rnd = lambda r: {k: round(v, 3) for k, v in r.items()}
     print("BENCH " + json.dumps({"bench": "trial_overhead", "inprocess": rnd(inproc), "inprocess_reservations_differ": rnd(varied),
                                  "ddp_local": rnd(local), "torchtrainer": rnd(ddp),
                                  "targets": {"inprocess_fixed_s": 2.0, "ddp_fixed_s": 10.0, "ddp_report_s": 0.5},

@@ -47,7 +47,7 @@ def one(args: list[str], env: dict[str, str]) -> float:
     t0 = time.perf_counter()
     try:
         run = subprocess.run([sys.executable, "-m", "tuner", "run", str(SPEC), "--set", f"storage_path={folder}", *args],
-                             capture_output=True, text=True, cwd=ROOT, env={**os.environ, **env}, timeout=RUN_LIMIT_S)
+                             check=False, capture_output=True, text=True, cwd=ROOT, env={**os.environ, **env}, timeout=RUN_LIMIT_S)
     except subprocess.TimeoutExpired:
         sys.exit(f"`tuner run {' '.join(args)}` did not end within {RUN_LIMIT_S} s")
     wall = time.perf_counter() - t0

@@ -8,7 +8,7 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-import pytest  # noqa: E402
+import pytest
 
 
 @pytest.fixture
@@ -18,8 +18,8 @@ def cache_dir(tmp_path):
 
 def digits_config(cache_dir, **over):
     from trainables.config import TrainConfig
-    base = dict(dataset="digits", cache_dir=cache_dir, epochs=1, micro_batch_size=64, lr=0.05,
-                flip=False, crop_padding=1, width=0.5)
+    base = {"dataset": "digits", "cache_dir": cache_dir, "epochs": 1, "micro_batch_size": 64, "lr": 0.05,
+                "flip": False, "crop_padding": 1, "width": 0.5}
     base.update(over)
     return TrainConfig.from_dict(base)
 

@@ -1,14 +1,14 @@
 import json
 import os
+from pathlib import Path
 
 import pytest
 import torch
-
-from trainables.runtime import checkpoint as ck
-from trainables.loop import train_loop
-from trainables.runtime.session import PlainSession
-
 from conftest import digits_config
+
+from trainables.loop import train_loop
+from trainables.runtime import checkpoint as ck
+from trainables.runtime.session import PlainSession
 
 
 def test_round_trip_gives_bit_identical_next_epoch(cache_dir, tmp_path):
@@ -97,7 +97,7 @@ def test_pickle_payload_is_refused_and_never_runs(tmp_path, monkeypatch):
         ck.load(path)
     # Even with a matching manifest planted beside it, the payload is refused unread.
     ck.manifest_path(path).write_text(json.dumps({"file": path.name, "bytes": path.stat().st_size,
-                                                  "sha256": ck._sha256(path)}))
+                                                  "sha256": ck.sha256_of(path)}))
     with pytest.raises(ck.CheckpointError, match="not a readable tuner checkpoint"):
         ck.load(path)
     assert not marker.exists()
@@ -132,9 +132,9 @@ def test_a_checkpoint_write_failing_mid_run_ends_the_trial_and_keeps_the_previou
 
 def _flip_a_byte(folder: str) -> None:
     path = os.path.join(folder, ck.FILENAME)
-    data = bytearray(open(path, "rb").read())
+    data = bytearray(Path(path).read_bytes())
     data[len(data) // 2] ^= 0x01
-    open(path, "wb").write(bytes(data))
+    Path(path).write_bytes(bytes(data))
 
 
 def test_a_corrupt_latest_checkpoint_falls_back_to_the_previous_one(cache_dir, tmp_path):
@@ -184,9 +184,9 @@ def test_ranks_that_resumed_from_different_epochs_stop_with_a_clear_error(monkey
     monkeypatch.setattr(loop, "_all_reduce", lambda values, device: [3.0 + 2.0, 9.0 + 4.0])
     trial = SimpleNamespace(start_epoch=3, device="cpu", session=SimpleNamespace(world_size=2, rank=0))
     with pytest.raises(ck.CheckpointError, match="resumed from different checkpoints"):
-        loop._agree_on_start(trial)
+        loop.agree_on_start(trial)
     monkeypatch.setattr(loop, "_all_reduce", lambda values, device: [3.0 + 3.0, 9.0 + 9.0])
-    loop._agree_on_start(trial)   # both at epoch 3: goes on
+    loop.agree_on_start(trial)   # both at epoch 3: goes on
 
 
 def test_a_ray_checkpoint_on_a_local_disk_is_read_in_place(tmp_path):

@@ -2,10 +2,10 @@
 project's rules (GPU resources declared, token shipped and enabled, pins equal pyproject's)."""
 import copy
 import re
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -69,7 +69,7 @@ def test_cloud_gpu_node_types_declare_gpus_and_accelerator_type(name):
 
 def test_dockerfile_pins_equal_pyproject():
     text = (CLUSTER / "Dockerfile").read_text()
-    args = dict(re.findall(r"^ARG (\w+)=(\S+)$", text, re.M))
+    args = dict(re.findall(r"^ARG (\w+)=(\S+)$", text, re.MULTILINE))
     pins = _pins()
     assert args == {"RAY_VERSION": pins["ray"], "TORCH_VERSION": pins["torch"], "TORCHVISION_VERSION": pins["torchvision"]}
     assert "FROM rayproject/ray:${RAY_VERSION}-py311-gpu" in text

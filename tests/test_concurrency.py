@@ -8,9 +8,9 @@ import torch
 
 
 def _trial(index: int, cache_dir: str, out_dir: str, barrier, results) -> None:
-    from trainables.runtime import checkpoint as ck
     from trainables.config import DataConfig
     from trainables.data.sources import load_arrays
+    from trainables.runtime import checkpoint as ck
     barrier.wait(timeout=60)                       # all four start building the cache together
     arrays = load_arrays(DataConfig(dataset="digits", cache_dir=cache_dir))
     digest = hashlib.sha256(b"".join(arrays[k].tobytes() for k in sorted(arrays))).hexdigest()
@@ -22,9 +22,9 @@ def _trial(index: int, cache_dir: str, out_dir: str, barrier, results) -> None:
 
 @pytest.mark.timeout(180)
 def test_four_trials_build_one_cache_and_write_checkpoints_at_once(tmp_path):
-    from trainables.runtime import checkpoint as ck
     from trainables.config import DataConfig
     from trainables.data.sources import cache_path, load_arrays
+    from trainables.runtime import checkpoint as ck
     ctx = mp.get_context("spawn")
     barrier, results = ctx.Barrier(4), ctx.Queue()
     cache = str(tmp_path / "cache")

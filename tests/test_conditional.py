@@ -4,8 +4,8 @@ import pickle
 import pytest
 
 from trainables.config import TrainConfig, training_settings
-from tuner.schema import ExperimentError, scenarios
 from tuner.config import parse
+from tuner.schema import ExperimentError, scenarios
 from tuner.searcher import FidelitySearcher, tpe_sampler
 from tuner.space import SearchSpace
 
@@ -36,7 +36,7 @@ def test_each_branch_gets_its_own_parameter_names_and_scenario():
     assert [p.at for p in exp.searched][2:] == ["search.optimizer.branches.sgd.lr",
                                                 "search.optimizer.branches.sgd.momentum",
                                                 "search.optimizer.branches.adamw.lr"]
-    flats = dict((label, flat) for flat, label in scenarios(exp.search))
+    flats = {label: flat for flat, label in scenarios(exp.search)}
     assert set(flats) == {"optimizer=sgd", "optimizer=adamw"}
     assert flats["optimizer=adamw"]["lr"].high == 1e-2 and flats["optimizer=sgd"]["lr"].low == 1e-2
     assert "momentum" not in flats["optimizer=adamw"] and flats["optimizer=sgd"]["optimizer"].values == ["sgd"]

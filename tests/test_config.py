@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from tuner.schema import ExperimentError
 from tuner.config import load, parse
+from tuner.schema import ExperimentError
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = sorted((ROOT / "search_spaces").glob("*.yaml"))
@@ -127,7 +127,7 @@ def test_set_overrides_apply():
 
 
 def _cli(*args, cwd):
-    return subprocess.run([sys.executable, "-m", "tuner", *args], capture_output=True, text=True, cwd=cwd,
+    return subprocess.run([sys.executable, "-m", "tuner", *args], check=False, capture_output=True, text=True, cwd=cwd,
                           timeout=120)
 
 
@@ -150,7 +150,7 @@ def test_cli_user_mistakes_are_one_line_without_traceback(tmp_path):
 
 
 def test_cli_help():
-    r = subprocess.run([sys.executable, "-m", "tuner", "--help"], capture_output=True, text=True, timeout=60)
+    r = subprocess.run([sys.executable, "-m", "tuner", "--help"], check=False, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and all(v in r.stdout for v in ("run", "validate", "status", "resume", "export", "train"))
 
 
@@ -173,6 +173,7 @@ def test_quoted_numbers_stay_text():
 
 def _numeric_fields():
     import dataclasses
+
     from trainables.config import TrainConfig
     return [f for f in dataclasses.fields(TrainConfig) if type(f.default) in (int, float)]
 
@@ -242,7 +243,7 @@ def test_train_profile_flag_writes_the_trace_under_out(tmp_path):
     cfg.write_text(f"dataset: digits\ncache_dir: {tmp_path / 'cache'}\nepochs: 1\nmax_steps_per_epoch: 6\n"
                    "micro_batch_size: 32\nwidth: 0.5\nflip: false\ncrop_padding: 1\n")
     r = subprocess.run([sys.executable, "-m", "tuner", "train", str(cfg), "--profile", "--out", str(tmp_path / "out")],
-                       capture_output=True, text=True, timeout=240, cwd=ROOT)
+                       check=False, capture_output=True, text=True, timeout=240, cwd=ROOT)
     assert r.returncode == 0, r.stderr[-3000:]
     assert (tmp_path / "out" / "profiles" / "trace.json").is_file() and "top operators" in r.stdout
 
@@ -287,9 +288,9 @@ def test_accelerator_needs_gpus_and_a_plain_name():
 def test_ddp_ranks_start_in_the_trial_when_one_node_holds_them_else_on_ray_train(monkeypatch, tmp_path):
     import ray
 
+    from trainables.runtime.trainable import DRIVER_CPU
     from trainables.settings import AUTOSCALER_CONFIG as AUTOSCALER_CONFIG_ENV
     from tuner.cluster import ClusterError, largest_need, resolve_ddp
-    from trainables.runtime.trainable import DRIVER_CPU
     spec = "name: d\nresources: {workers: 2, cpus_per_worker: 2, gpus_per_worker: 1%s}\n"
     exp = parse(spec % "")
     assert exp.resources.ddp == "auto" and largest_need(exp) == {"CPU": 4 + DRIVER_CPU, "GPU": 2}
@@ -314,7 +315,7 @@ def test_ddp_ranks_start_in_the_trial_when_one_node_holds_them_else_on_ray_train
     assert resolve_ddp(exp).resources.ddp == "train"
     assert resolve_ddp(parse(spec % ", ddp: local")).resources.ddp == "local"
     # ...and when they cannot hold a trial, the ranks wait for that node type, on one node.
-    monkeypatch.setattr(ray, "nodes", lambda: [])
+    monkeypatch.setattr(ray, "nodes", list)
     monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 2.0})
     assert resolve_ddp(exp).resources.ddp == "local"
 
@@ -332,7 +333,7 @@ def test_train_of_a_ddp_config_runs_its_ranks_without_ray(tmp_path):
     cfg.write_text(f"dataset: digits\ncache_dir: {tmp_path / 'cache'}\nepochs: 2\nmax_steps_per_epoch: 3\n"
                    "micro_batch_size: 32\nwidth: 0.5\nflip: false\ncrop_padding: 1\nworkers: 2\n")
     r = subprocess.run([sys.executable, "-m", "tuner", "train", str(cfg), "--out", str(tmp_path / "out")],
-                       capture_output=True, text=True, timeout=240, cwd=ROOT)
+                       check=False, capture_output=True, text=True, timeout=240, cwd=ROOT)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     assert json.loads(r.stdout.strip().splitlines()[-2])["epoch"] == 2, r.stdout
     # Rank 0's epoch lines only (one per epoch, not one per rank), and its checkpoints.

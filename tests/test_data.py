@@ -9,8 +9,9 @@ import psutil
 import pytest
 import torch
 
-from trainables.data import loaders as L, sources as D
 from trainables.config import DataConfig
+from trainables.data import loaders as L
+from trainables.data import sources as D
 from trainables.training.kernels import augment_torch
 
 CIFAR_CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]

@@ -79,5 +79,5 @@ def test_an_nvml_that_fails_mid_run_stops_sampling_quietly():
 
 def test_a_cpu_trial_reports_no_gpu_figures():
     mon = GpuMonitor(torch.device("cpu"))
-    assert mon.epoch_metrics() == {} and mon._thread is None
+    assert mon.epoch_metrics() == {} and mon.thread is None
     mon.close()

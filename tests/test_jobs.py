@@ -82,7 +82,7 @@ def test_a_ray_job_keeps_its_results_after_the_head_is_gone(tmp_path):
                 assert time.monotonic() < deadline and head.poll() is None, \
                     "the Ray head did not come up:\n" + (tmp_path / "head.log").read_text()[-3000:]
                 time.sleep(1)
-        job = subprocess.run(
+        job = subprocess.run(  # noqa: PLW1510 - its return code is asserted below
             [ray_bin, "job", "submit", "--address", url, "--working-dir", ".",
              "--runtime-env-json", f'{{"env_vars": {{"TUNER_HOME": "{home}"}}}}', "--",
              sys.executable, "-m", "tuner", "run", "search_spaces/quickstart.yaml", "--set", "budget.num_samples=2",
@@ -93,7 +93,7 @@ def test_a_ray_job_keeps_its_results_after_the_head_is_gone(tmp_path):
     finally:
         _end_group(head, temp_dir)
         shutil.rmtree(temp_dir, ignore_errors=True)
-    said = re.search(r"results in (\S+)$", out, re.M)
+    said = re.search(r"results in (\S+)$", out, re.MULTILINE)
     assert said, out[-3000:]
     exp_dir = Path(said[1])
     assert exp_dir == home / "runs" / "quickstart"              # TUNER_HOME, not Ray's unpacked copy
@@ -102,6 +102,6 @@ def test_a_ray_job_keeps_its_results_after_the_head_is_gone(tmp_path):
     assert (home / ".cache" / "tuner" / "digits.h5").is_file()   # the relative cache_dir too
     # The head and its session are gone; the printed command still works.
     assert not any(str(temp_dir) in " ".join(p.info["cmdline"] or []) for p in psutil.process_iter(["cmdline"]))
-    status = subprocess.run([sys.executable, "-m", "tuner", "status", str(exp_dir)], capture_output=True, text=True,
+    status = subprocess.run([sys.executable, "-m", "tuner", "status", str(exp_dir)], check=False, capture_output=True, text=True,
                             timeout=120, cwd=tmp_path)
     assert status.returncode == 0 and "quickstart: 2 trials" in status.stdout, status.stdout + status.stderr

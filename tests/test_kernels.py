@@ -6,8 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from trainables.training import kernels
 from trainables.config import ConfigError
+from trainables.training import kernels
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")
 DEV = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -118,13 +118,14 @@ class Spy:
 
 @pytest.mark.parametrize("choice", ["triton", "torch"])
 def test_training_launches_triton_kernels_only_when_asked(choice, tmp_path, monkeypatch):
-    from trainables.training.kernels import augment_triton as at, cross_entropy_triton as ct
     from trainables.loop import train_loop
     from trainables.runtime.session import PlainSession
-    spies = {"aug": Spy(at._augment_kernel), "fwd": Spy(ct._ce_fwd), "bwd": Spy(ct._ce_bwd)}
-    monkeypatch.setattr(at, "_augment_kernel", spies["aug"])
-    monkeypatch.setattr(ct, "_ce_fwd", spies["fwd"])
-    monkeypatch.setattr(ct, "_ce_bwd", spies["bwd"])
+    from trainables.training.kernels import augment_triton as at
+    from trainables.training.kernels import cross_entropy_triton as ct
+    spies = {"aug": Spy(at.augment_kernel), "fwd": Spy(ct.ce_fwd_kernel), "bwd": Spy(ct.ce_bwd_kernel)}
+    monkeypatch.setattr(at, "augment_kernel", spies["aug"])
+    monkeypatch.setattr(ct, "ce_fwd_kernel", spies["fwd"])
+    monkeypatch.setattr(ct, "ce_bwd_kernel", spies["bwd"])
     cfg = {"dataset": "digits", "cache_dir": str(tmp_path), "epochs": 1, "micro_batch_size": 32,
            "max_steps_per_epoch": 2, "width": 0.25, "kernels": choice, "label_smoothing": 0.1,
            "crop_padding": 1, "flip": True, "val_fraction": 0.05}

@@ -3,13 +3,12 @@ import math
 
 import pytest
 import torch
+from conftest import digits_config
 
 from trainables import loop
 from trainables.loop import train_loop
 from trainables.runtime.session import PlainSession
 from trainables.training.step import TrainStep
-
-from conftest import digits_config
 
 REQUIRED = {"epoch", "status", "train_loss", "val_loss", "val_acc", "lr", "samples_per_s", "epoch_s", "sparsity"}
 
@@ -76,6 +75,7 @@ def test_profile_writes_a_chrome_trace_of_the_active_steps_for_one_trial_only(ca
 
 def test_model_histograms_and_graph_are_written_only_when_asked(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
     from trainables.loop import train_loop
     from trainables.runtime.session import PlainSession
     board = tmp_path / "model"

@@ -2,8 +2,8 @@
 inside a Ray job (never Ray's temporary copy of the working directory)."""
 import yaml
 
-from tuner.config import parse
 from trainables.settings import RAY_JOB as JOB_ENV
+from tuner.config import parse
 from tuner.paths import settle
 
 SPEC = "name: p\nstorage_path: ./runs\ntrain: {dataset: digits, cache_dir: .cache/tuner, data_root: ./data}\n"

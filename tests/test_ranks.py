@@ -11,8 +11,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 import pytest
-
 from conftest import digits_config
+
 from trainables.runtime import checkpoint as ckpt_io
 from trainables.runtime.ranks import RankError, run_ranks
 from trainables.runtime.session import PlainSession

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tuner.schema import ExperimentError
 from tuner.config import parse
+from tuner.schema import ExperimentError
 
 NOWHERE = "127.0.0.1:1"  # no Ray listens here
 
@@ -25,7 +25,7 @@ search:
 
 
 def _cli(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "tuner", *args], capture_output=True, text=True, timeout=120,
+    return subprocess.run([sys.executable, "-m", "tuner", *args], check=False, capture_output=True, text=True, timeout=120,
                           env={**os.environ, **(env or {})})
 
 

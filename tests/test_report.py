@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from tuner.schema import SearchEntry
 from tuner.config import parse
 from tuner.next_space import narrowed
+from tuner.schema import SearchEntry
 
 SPEC = """
 name: rep
@@ -62,7 +62,7 @@ def report(ray_address, tmp_path_factory):
 
 def test_every_png_decodes_and_the_html_carries_them_inline(report):
     from PIL import Image
-    exp, out = report
+    _exp, out = report
     names = {Path(p).name for p in out["pngs"]}
     assert {"curves.png", "best_so_far.png", "parallel.png", "importance.png", "throughput.png"} <= names
     for p in out["pngs"]:
@@ -192,8 +192,8 @@ search: {lr: {type: loguniform, low: 1.0e-3, high: 0.1}}
           trial("e", 0.004, 0.0, 0.0, status="", state="ERROR", error="ValueError: the data is gone")]
     out = render(exp, ts, tmp_path)
     assert "pareto.png" in {Path(p).name for p in out["pngs"]}
-    assert out["warnings"] == ["the best trial's lr=0.0999 is at the upper edge of [0.001, 0.1]: the optimum may "
-                               "lie outside; widen the range"]
+    assert out["warnings"] == [("the best trial's lr=0.0999 is at the upper edge of [0.001, 0.1]: the optimum may "
+                               "lie outside; widen the range")]
     page = Path(out["html"]).read_text()
     assert "5 consecutive steps had a non-finite loss" in page and "ValueError: the data is gone" in page
     assert "/x/trial_e/error.txt" in page
@@ -206,9 +206,9 @@ def test_report_command_prints_where_it_wrote(report, tmp_path):
     import sys
     exp, _ = report
     r = subprocess.run([sys.executable, "-m", "tuner", "report", str(exp.exp_dir), "--out", str(tmp_path / "r")],
-                       capture_output=True, text=True, timeout=120)
+                       check=False, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert f"report: {tmp_path / 'r' / 'report.html'}" in r.stdout and (tmp_path / "r" / "next.yaml").is_file()
     bad = subprocess.run([sys.executable, "-m", "tuner", "report", str(tmp_path / "nowhere")],
-                         capture_output=True, text=True, timeout=120)
+                         check=False, capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "not an experiment folder" in bad.stderr and "Traceback" not in bad.stderr

@@ -1,6 +1,5 @@
 """The fidelity-aware searcher and trial selection, without a Ray cluster."""
 import math
-
 import sys
 from pathlib import Path
 
@@ -66,9 +65,9 @@ def test_trials_asha_let_through_a_rung_unjudged_are_told_only_up_to_it():
 
 
 def test_the_searchers_rungs_are_the_schedulers():
+    from tuner import _compat
     from tuner.schema import Budget
     from tuner.tuning import asha
-    from tuner import _compat
     for grace, top, eta in ((1, 9, 3), (1, 15, 3), (2, 9, 3), (1, 8, 2), (3, 27, 3), (1, 15, 2.5), (2, 30, 2.5)):
         budget = Budget(num_samples=8, max_epochs=top, grace_epochs=grace, reduction_factor=eta)
         tune_rungs = [m for m in _compat.asha_milestones(asha(budget, "val_acc", "max")) if m < top]
@@ -110,6 +109,7 @@ def test_a_restored_searcher_reopens_its_journal_where_the_folder_is_now(tmp_pat
     import shutil
 
     import optuna
+
     from tuner.searcher import JOURNAL, journal_storage
     old = tmp_path / "old"
     old.mkdir()
@@ -138,9 +138,9 @@ def lr_draws(num_samples, sampler=None, **levers):
     """The lr each trial of a `num_samples`-trial search drew, each finished before the next
     starts, with val_acc peaking at lr = 0.01: make_searcher's searcher, or `sampler`'s."""
     import optuna
+    from levers import variant_searcher
 
     from tuner.schema import Budget, SearchEntry
-    from levers import variant_searcher
     space = {"lr": SearchEntry(type="loguniform", low=1e-3, high=1.0)}
     budget = Budget(num_samples=num_samples, max_epochs=1, grace_epochs=1, reduction_factor=3)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -158,7 +158,7 @@ def test_a_search_of_fewer_than_guided_from_trials_follows_a_sobol_sequence_and_
     import optuna
 
     from tuner.searcher import GUIDED_FROM, sobol_sampler
-    random = lambda n: lr_draws(n, optuna.samplers.RandomSampler(seed=0))   # noqa: E731
+    random = lambda n: lr_draws(n, optuna.samplers.RandomSampler(seed=0))
     small, large = GUIDED_FROM - 8, GUIDED_FROM + 6
     sobol = lr_draws(small)
     assert sobol == lr_draws(small, sobol_sampler(0)) and sobol != random(small)

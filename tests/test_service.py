@@ -84,6 +84,7 @@ def test_optuna_study_holds_pruned_complete_and_failed(small_run):
 
 def test_the_study_journal_opens_with_optuna_alone(small_run):
     import optuna
+
     from tuner.searcher import JOURNAL, journal_storage
     exp, _ = small_run
     study = optuna.load_study(study_name=exp.name, storage=journal_storage(exp.exp_dir / JOURNAL))
@@ -95,6 +96,7 @@ def test_the_study_journal_opens_with_optuna_alone(small_run):
 
 def test_each_trial_folder_holds_one_tensorboard_run_with_our_tags_and_hparams(small_run):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
     from tuner.tensorboard import TAGS
     exp, _ = small_run
     folders = sorted(p.parent for p in exp.exp_dir.glob("*/result.json"))
@@ -122,9 +124,9 @@ def test_diverged_trial_reports_a_finite_worst_value(small_run):
 
 
 def test_export_models_recompute_the_reported_accuracy(small_run, tmp_path):
-    from tuner.export import accuracy, eval_batches, export
     from trainables.config import TrainConfig
-    exp, summary = small_run
+    from tuner.export import accuracy, eval_batches, export
+    exp, _summary = small_run
     m = export(exp.exp_dir, tmp_path / "best")
     assert m["val_acc"] == m["reported"]["val_acc"] and 0 < m["test_acc"] <= 1
     for name in ("best_config.yaml", "checkpoint.pt", "model.pt", "model.pt2", "model.ts", "metrics.json"):
@@ -157,7 +159,7 @@ def test_export_refuses_a_corrupt_checkpoint_and_writes_nothing(small_run, tmp_p
 
 
 def _cli(*args, cwd=None, timeout=300):
-    return subprocess.run([sys.executable, "-m", "tuner", *args], capture_output=True, text=True, timeout=timeout,
+    return subprocess.run([sys.executable, "-m", "tuner", *args], check=False, capture_output=True, text=True, timeout=timeout,
                           cwd=cwd)
 
 
@@ -180,10 +182,11 @@ def test_exported_config_trains_again(small_run, tmp_path):
 
 @pytest.mark.timeout(600)
 def test_two_worker_ddp_trial_through_torchtrainer(ray_address, tmp_path, monkeypatch):
-    from test_data import write_cifar
     import torchvision.datasets.cifar as tvc
-    from trainables.data import sources as D
+    from test_data import write_cifar
+
     from trainables.config import DataConfig
+    from trainables.data import sources as D
     monkeypatch.setattr(tvc, "check_integrity", lambda fpath, md5=None: os.path.isfile(fpath))
     root, cache = tmp_path / "data", tmp_path / "cache"
     write_cifar(root, per_batch=16, n_test=20)
@@ -198,8 +201,8 @@ def test_two_worker_ddp_trial_through_torchtrainer(ray_address, tmp_path, monkey
     exp_dir = tmp_path / "runs" / "cifar10-smoke"
     summary = json.loads((exp_dir / "summary.json").read_text())
     assert summary["trials"] == 1 and not summary["errors"] and summary["best"]["epoch"] == 2
-    from tuner.results import trials
     from tuner.experiment import load_saved
+    from tuner.results import trials
     row = trials(load_saved(exp_dir))[0]
     assert row.status == "ok" and row.metrics["global_batch_size"] == 16  # 8 per worker x 2 workers
     assert row.checkpoint and Path(row.checkpoint, "checkpoint.pt").is_file()
@@ -320,8 +323,8 @@ def test_resume_after_interrupt_finishes_every_trial_without_restarting(ray_addr
     # Each trial keeps its best two checkpoints by the metric and its latest.
     for name, rows in _rows_by_trial(exp_dir).items():
         _assert_keeps_the_best_two_and_the_latest(rows, set(_kept(exp_dir / name)))
-    from tuner.results import trials
     from tuner.experiment import load_saved
+    from tuner.results import trials
     assert sorted(row.state for row in trials(load_saved(exp_dir))) == ["TERMINATED"] * 3
 
 
@@ -421,8 +424,8 @@ def test_five_diverging_ddp_trials_end_diverged_without_a_rank_aborting_and_expo
     r = _cli("run", str(spec), "--address", ray_address, timeout=540)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     exp_dir = tmp_path / "runs" / "all-diverge"
-    from tuner.results import trials
     from tuner.experiment import load_saved
+    from tuner.results import trials
     rows = trials(load_saved(exp_dir))
     assert len(rows) == 5 and all(row.state == "TERMINATED" and row.status == "diverged" for row in rows), \
         [(row.trial_id, row.state, row.status) for row in rows]
@@ -456,8 +459,8 @@ def test_a_killed_trial_actor_is_retried_from_its_checkpoint(ray_address, tmp_pa
     assert [(r["epoch"], r["pid"] == killed_pid) for r in rows] == [(1, True), (2, True), (3, False), (4, False)], \
         [(r["epoch"], r["pid"]) for r in rows]
     assert rows[2]["resumed_from_epoch"] == 2
-    from tuner.results import trials
     from tuner.experiment import load_saved
+    from tuner.results import trials
     (row,) = trials(load_saved(exp_dir))
     assert row.state == "TERMINATED" and row.status == "ok", (row.state, row.status)
 
@@ -466,6 +469,7 @@ def test_a_killed_trial_actor_is_retried_from_its_checkpoint(ray_address, tmp_pa
 def test_a_killed_run_leaves_no_ray_behind_after_resume_and_loses_no_trial(ray_address, tmp_path):
     import psutil
     import ray
+
     from tuner.local_ray import RECORD
     spec, faults = _fault_spec(tmp_path, "killed-run", seed=4, samples=2, epochs=3, width=0.5, micro_batch=32,
                                hold_epoch=2)
@@ -502,8 +506,8 @@ def test_a_killed_run_leaves_no_ray_behind_after_resume_and_loses_no_trial(ray_a
     assert not (exp_dir / RECORD).exists()
     # The suite's own Ray was not touched.
     assert ray.get(ray.remote(lambda: 41 + 1).remote(), timeout=60) == 42
-    from tuner.results import trials
     from tuner.experiment import load_saved
+    from tuner.results import trials
     rows = trials(load_saved(exp_dir))
     assert len(rows) == 2 and all(row.state == "TERMINATED" and row.status == "ok" for row in rows), \
         [(row.trial_id, row.state, row.status) for row in rows]
@@ -646,6 +650,7 @@ def test_a_conditional_study_resumes_and_status_and_export_show_the_branch(ray_a
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
 
     import optuna
+
     from tuner.searcher import JOURNAL, journal_storage
     study = optuna.load_study(study_name="condrun", storage=journal_storage(exp_dir / JOURNAL))
     done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]

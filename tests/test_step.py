@@ -86,7 +86,7 @@ def test_grad_clipping_bounds_the_update_and_reports_the_norm():
 def test_nonfinite_losses_skip_then_raise():
     model = mlp()
     step = TrainStep(model, torch.optim.SGD(model.parameters(), lr=0.1),
-                     loss_fn=lambda l, y: ce(l, y) * float("nan"), device=torch.device("cpu"),
+                     loss_fn=lambda logits, y: ce(logits, y) * float("nan"), device=torch.device("cpu"),
                      max_nonfinite_steps=3)
     batch = [(torch.randn(4, 6), torch.randint(0, 3, (4,)))]
     before = [p.detach().clone() for p in model.parameters()]

@@ -45,6 +45,7 @@ def range_text(limits: dict[str, float]) -> str:
         return f"in {lo[0]}{lo[1]:g}, {hi[1]:g}{hi[0]}"
     if lo:
         return f"{'>=' if lo[0] == '[' else '>'} {lo[1]:g}"
+    assert hi is not None
     return f"{'<=' if hi[0] == ']' else '<'} {hi[1]:g}"
 
 
@@ -157,7 +158,7 @@ class TrainConfig(DataConfig, ModelConfig, OptimConfig, StepConfig, PruneConfig,
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(self).items()}
 
     @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> "TrainConfig":
+    def from_dict(cls, values: dict[str, Any]) -> TrainConfig:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
@@ -167,7 +168,7 @@ class TrainConfig(DataConfig, ModelConfig, OptimConfig, StepConfig, PruneConfig,
             vals["synthetic_shape"] = tuple(vals["synthetic_shape"])
         return cls(**vals)
 
-    def replace(self, **changes: Any) -> "TrainConfig":
+    def replace(self, **changes: Any) -> TrainConfig:
         return dataclasses.replace(self, **changes)
 
 

@@ -101,8 +101,8 @@ def evaluate(model: nn.Module, loader, step: TrainStep) -> tuple[float, float]:
         loss_sum += kernels.cross_entropy_torch(logits, y) * y.shape[0]
         correct += (logits.argmax(1) == y).sum()
         count += y.shape[0]
-    loss_sum, correct, count = _all_reduce([float(loss_sum), float(correct), float(count)], step.device)
-    return loss_sum / max(count, 1), correct / max(count, 1)
+    total_loss, total_correct, total = _all_reduce([float(loss_sum), float(correct), float(count)], step.device)
+    return total_loss / max(total, 1), total_correct / max(total, 1)
 
 
 class _Trial:
@@ -204,7 +204,7 @@ class _Trial:
 
     # ------------------------------------------------------------ epochs
 
-    def train_epoch(self, epoch: int) -> dict[str, float]:
+    def train_epoch(self, epoch: int) -> dict[str, Any]:
         """One pass; the host reads the device every `sync_every` steps (inside TrainStep) and
         once at the end."""
         cfg = self.cfg
@@ -320,7 +320,7 @@ def restore_newest_good(trial: _Trial, folders: list[str]) -> str:
     raise ckpt_io.CheckpointError("no intact checkpoint to resume from: " + "; ".join(problems))
 
 
-def _agree_on_start(trial: _Trial) -> None:
+def agree_on_start(trial: _Trial) -> None:
     """Every rank resumed from the same epoch, or none goes on: ranks at different epochs would
     run different collectives and wait on each other for ever."""
     world = trial.session.world_size
@@ -356,7 +356,7 @@ def train_loop(config: TrainConfig | dict, session: Session | None = None) -> di
         resume = session.get_checkpoint()
         if resume:
             restore_newest_good(trial, [resume, *session.earlier_checkpoints()])
-            _agree_on_start(trial)
+            agree_on_start(trial)
         return trial.run()
     except DivergedError as e:
         epoch = _current_epoch(trial)

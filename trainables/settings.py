@@ -9,9 +9,9 @@ sits in trainables/ (which imports nothing from tuner/) so that both sides read 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
 
 # Variables a user sets.
 HOME = "TUNER_HOME"                    # a Ray job's relative paths resolve under it (default ~/tuner)

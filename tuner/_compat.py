@@ -22,7 +22,7 @@ CHECKED = {"ray": "2.60.0", "optuna": "5"}
 # Ray has no public hook for the cutoff.  (The search issue replaces this with a scheduler
 # of our own on Ray's public TrialScheduler.)
 
-from ray.tune.schedulers.async_hyperband import _Bracket  # noqa: E402
+from ray.tune.schedulers.async_hyperband import _Bracket
 
 
 class RankedBracket(_Bracket):
@@ -93,10 +93,10 @@ def install_old_names() -> None:
     import optuna
 
     from tuner import run, searcher, tuning
-    run.trial_folder_name = tuning.trial_folder_name
-    searcher.FidelityOptunaSearch = searcher.FidelitySearcher
-    searcher.RankedBracket = RankedBracket
-    searcher.InterleavedTPESampler = optuna.samplers.TPESampler
+    setattr(run, "trial_folder_name", tuning.trial_folder_name)   # noqa: B010 - names these modules no longer have
+    setattr(searcher, "FidelityOptunaSearch", searcher.FidelitySearcher)   # noqa: B010
+    setattr(searcher, "RankedBracket", RankedBracket)   # noqa: B010
+    setattr(searcher, "InterleavedTPESampler", optuna.samplers.TPESampler)   # noqa: B010
 
 
 def searcher_state(state: dict[str, Any]) -> dict[str, Any]:

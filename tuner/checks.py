@@ -8,7 +8,7 @@ import itertools
 import math
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from trainables import settings
 from trainables.config import TORCH_LOADER_FIELDS, TrainConfig, problems_of, range_text
@@ -35,8 +35,9 @@ def _did_you_mean(word: str, options: list[str]) -> str:
 
 def _allowed_keys(loc: tuple) -> list[str]:
     """The keys allowed where an unknown key `loc[-1]` was found."""
-    section = {(): Experiment, ("budget",): Budget, ("resources",): Resources,
-               ("second_objective",): Objective, ("train",): TrainSettings}.get(tuple(loc[:-1]))
+    sections: dict[tuple, type[BaseModel]] = {(): Experiment, ("budget",): Budget, ("resources",): Resources,
+                                              ("second_objective",): Objective, ("train",): TrainSettings}
+    section = sections.get(tuple(loc[:-1]))
     if section is None and loc[:1] == ("search",) and len(loc) % 3 == 0:  # search.KEY[.branches.OPTION.KEY]*.FIELD
         section = SearchEntry
     return list(section.model_fields) if section is not None else []
@@ -48,7 +49,7 @@ def schema_problems(err: ValidationError) -> list[str]:
         loc = tuple(e["loc"])
         path = ".".join(str(p) for p in loc)
         if e["type"] == "extra_forbidden":
-            out.append(f"{path}: unknown key{_did_you_mean(loc[-1], _allowed_keys(loc))} "
+            out.append(f"{path}: unknown key{_did_you_mean(str(loc[-1]), _allowed_keys(loc))} "
                        f"(allowed here: {', '.join(_allowed_keys(loc))})")
         elif loc[:1] == ("train",) and len(loc) == 2 and loc[1] in TRAIN_BOUNDS and e["type"] in RANGE_ERRORS:
             out.append(f"{path}: {e['input']!r} is out of range: {e['msg'].lower()}; "
@@ -129,10 +130,9 @@ def _entry_problems(key: str, e: SearchEntry, at: str, raw_train: dict) -> list[
 def candidates(e: SearchEntry) -> list[Any]:
     if e.type == "choice":
         return list(e.values or [])
-    lo, hi = e.low, e.high
     if e.type == "int":
-        return [int(lo), int(hi)]
-    return [lo, hi]
+        return [int(e.lo), int(e.hi)]
+    return [e.low, e.high]
 
 
 def _rules(cfg: TrainConfig, has_gpu: bool) -> list[str]:
@@ -154,7 +154,7 @@ def _rules(cfg: TrainConfig, has_gpu: bool) -> list[str]:
     return rules
 
 
-def combination_problems(exp: Experiment, skip: set[str] = frozenset()) -> list[str]:
+def combination_problems(exp: Experiment, skip: frozenset[str] | set[str] = frozenset()) -> list[str]:
     """Apply the training rules to every combination of searched values (choices and
     range ends) in every branch, so a trial that would break one is caught before anything
     starts."""
@@ -164,7 +164,7 @@ def combination_problems(exp: Experiment, skip: set[str] = frozenset()) -> list[
     try:  # rules broken by the fixed settings alone are reported without a combination
         for r in _rules(TrainConfig.from_dict(base), has_gpu):
             found[r] = ""
-    except Exception:
+    except Exception:  # noqa: BLE001, S110 - a bad value of its own is reported by the schema already
         pass
     for flat, _ in scenarios(exp.search):
         keys = [k for k in flat if k in TRAIN_FIELDS and k not in skip]
@@ -176,7 +176,7 @@ def combination_problems(exp: Experiment, skip: set[str] = frozenset()) -> list[
             where = ", ".join(f"{k}={v!r}" for k, v in values.items())
             try:
                 cfg = TrainConfig.from_dict({**base, **values})
-            except Exception as e:  # a value of the wrong type for its setting
+            except Exception as e:  # noqa: BLE001 - a value of the wrong type for its setting
                 found.setdefault(str(e), where)
                 continue
             for r in _rules(cfg, has_gpu):

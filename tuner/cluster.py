@@ -3,7 +3,7 @@ where DDP ranks run, and the preflight of the folders and of every node."""
 from __future__ import annotations
 
 import logging
-from typing import Callable
+from collections.abc import Callable
 
 import yaml
 

@@ -8,6 +8,7 @@ budget, resources, search entries) and the checks that span both.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import yaml
 from pydantic import ValidationError
@@ -37,9 +38,10 @@ def parse(text: str, source: str = "<experiment>", overrides: list[str] | None =
         exp = Experiment.model_validate(raw)
     except ValidationError as e:
         problems += schema_problems(e)
-        exp = _without_errors(raw, e)  # so the remaining checks still run and report too
-        if exp is None:
+        pruned = _without_errors(raw, e)  # so the remaining checks still run and report too
+        if pruned is None:
             raise ExperimentError(source, problems) from None
+        exp = pruned
     raw_train = raw.get("train") or {}
     in_search, broken = search_problems(exp, raw_train)
     problems += experiment_problems(exp) + in_search
@@ -54,7 +56,8 @@ def _without_errors(raw: dict, err: ValidationError) -> Experiment | None:
     import copy
     pruned = copy.deepcopy(raw)
     for e in err.errors():
-        node, loc = pruned, e["loc"]
+        node: Any = pruned
+        loc = e["loc"]
         for part in loc[:-1]:
             node = node.get(part) if isinstance(node, dict) else None
         if isinstance(node, dict):

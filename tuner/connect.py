@@ -4,8 +4,8 @@ from __future__ import annotations
 import logging
 import math
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from trainables import settings
 from tuner.cluster import ClusterError, largest_need
@@ -35,7 +35,7 @@ def connect(address: str | None, exp: Experiment, echo: Callable[[str], None] = 
     if address:
         try:
             ctx = ray.init(address=address, runtime_env=runtime_env, log_to_driver=False, logging_level=log_level)
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - whatever ray.init raises: one line naming the address
             raise ClusterError(f"cannot connect to Ray at {address}: {e}") from None
         echo(f"connected to Ray at {address}")
     else:

@@ -12,13 +12,14 @@ import logging
 import math
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, TextIO
+from typing import Any, TextIO
 
 from ray.tune import Callback
 
 from .schema import asha_rungs
-from .text import clock_text, last_line, params_text, sig4
+from .text import clock_text, finite, last_line, params_text, sig4
 
 # Loggers whose INFO lines are chatter during a run (shown with --verbose).
 CHATTY = ("ray", "ray.tune", "ray.train", "ray.data", "optuna")
@@ -126,9 +127,9 @@ class Console(Callback):
             what = f"finished {epoch} epochs"
         self.ended.add(trial.trial_id)
         v = last.get(self.metric)
-        if status == "ok" and isinstance(v, (int, float)) and math.isfinite(v):  # as the summary: last values
-            if self.best is None or (v > self.best if self.mode == "max" else v < self.best):
-                self.best = float(v)
+        better = self.best is None or (v > self.best if self.mode == "max" else v < self.best)
+        if status == "ok" and finite(v) and better:   # as the summary: last values
+            self.best = float(v)
         self.event(trial, what, self.metric_text(row))
 
     def on_trial_recover(self, iteration, trials, trial, **info):

@@ -99,8 +99,8 @@ def load_saved(exp_dir: str | Path, journal: bool = False) -> Experiment:
         return _load_remote(str(exp_dir), journal)
     path = Path(exp_dir) / EXPERIMENT_FILE
     if not path.is_file():
-        raise ExperimentError(str(exp_dir), [f"not an experiment folder: {path} is missing "
-                                             "(give the folder that `tuner run` printed)"])
+        raise ExperimentError(str(exp_dir), [(f"not an experiment folder: {path} is missing "
+                                             "(give the folder that `tuner run` printed)")])
     bad = untrusted(Path(exp_dir))
     if bad:
         raise ExperimentError(str(exp_dir), [
@@ -119,11 +119,11 @@ def _load_remote(location: str, journal: bool) -> Experiment:
     try:
         text = storage.read_bytes(storage.join(location, EXPERIMENT_FILE)).decode()
     except FileNotFoundError:
-        raise ExperimentError(location, [f"not an experiment: {storage.join(location, EXPERIMENT_FILE)} is missing "
-                                         "(give the location that `tuner run` printed)"]) from None
+        raise ExperimentError(location, [(f"not an experiment: {storage.join(location, EXPERIMENT_FILE)} is missing "
+                                         "(give the location that `tuner run` printed)")]) from None
     except Exception as e:  # noqa: BLE001 - pyarrow: credentials, endpoint, bad URI
-        raise ExperimentError(location, [f"cannot read it: {storage.first_line(e)}; check the URI and "
-                                         "the credentials"]) from None
+        raise ExperimentError(location, [(f"cannot read it: {storage.first_line(e)}; check the URI and "
+                                         "the credentials")]) from None
     exp = parse(text, storage.join(location, EXPERIMENT_FILE))
     exp = exp.model_copy(update={"storage_path": parent, "name": name})
     pull(exp, journal)

@@ -66,6 +66,8 @@ def export(exp_dir: str | Path, out: str | Path, rule: str | None = None, force:
     if out.exists() and any(out.iterdir()) and not force:
         raise ExperimentError(str(out), ["the output folder is not empty; choose another --out or pass --force"])
     row = select(exp, trials(exp), rule)
+    if not row.checkpoint:
+        raise ExperimentError(exp.location, [f"trial {row.trial_id} has no checkpoint to export"])
     checkpoint = local_checkpoint(exp, row.checkpoint)
     payload = ckpt_io.load(checkpoint)
     model, cfg = restore_model(payload)
@@ -104,7 +106,7 @@ def export(exp_dir: str | Path, out: str | Path, rule: str | None = None, force:
 def _int8(model: torch.nn.Module, out: Path) -> str:
     try:
         from torchao.quantization import Int8WeightOnlyConfig, quantize_
-    except Exception:
+    except Exception:  # noqa: BLE001 - torchao absent or broken: the int8 copy is optional
         return "skipped: torchao is not installed"
     import copy
     q = copy.deepcopy(model)

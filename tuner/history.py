@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,11 @@ class Trial:
                 v = r.get(metric)
                 return float(v) if finite(v) else None
         return None
+
+    def known_at(self, epoch: int, metric: str) -> float:
+        """value_at, NaN where there is none (for trials already filtered to those with one)."""
+        v = self.value_at(epoch, metric)
+        return math.nan if v is None else v
 
 
 def load(exp: Experiment) -> list[Trial]:
@@ -47,8 +53,14 @@ def final_value(t: Trial, metric: str) -> float | None:
     return float(v) if t.row.status == "ok" and finite(v) else None
 
 
+def final_known(t: Trial, metric: str) -> float:
+    """final_value, NaN where there is none (for trials already filtered to those with one)."""
+    v = final_value(t, metric)
+    return math.nan if v is None else v
+
+
 def ranked(exp: Experiment, ts: list[Trial]) -> list[Trial]:
     """Trials with status ok and a finite last value, best first."""
     ok = [t for t in ts if final_value(t, exp.metric) is not None]
-    return sorted(ok, key=lambda t: final_value(t, exp.metric), reverse=exp.mode == "max")
+    return sorted(ok, key=lambda t: final_known(t, exp.metric), reverse=exp.mode == "max")
 

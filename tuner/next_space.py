@@ -33,7 +33,7 @@ def _log(e: SearchEntry) -> bool:
 
 def position(e: SearchEntry, v: float) -> float:
     """Where v lies in the searched range, 0..1, in the range's own scale."""
-    lo, hi = float(e.low), float(e.high)
+    lo, hi = e.lo, e.hi
     if _log(e):
         lo, hi, v = math.log(lo), math.log(hi), math.log(max(v, 1e-300))
     return 0.5 if hi == lo else (v - lo) / (hi - lo)
@@ -60,7 +60,7 @@ def common_rung(exp: Experiment, ts: list[Trial], k: int) -> int:
 def top_k(exp: Experiment, ts: list[Trial], k: int = TOP_K) -> tuple[int, list[Trial]]:
     rung = common_rung(exp, ts, k)
     there = [t for t in ts if t.value_at(rung, exp.metric) is not None]
-    there.sort(key=lambda t: t.value_at(rung, exp.metric), reverse=exp.mode == "max")
+    there.sort(key=lambda t: t.known_at(rung, exp.metric), reverse=exp.mode == "max")
     return rung, there[:k]
 
 
@@ -83,7 +83,7 @@ def narrowed(name: str, e: SearchEntry, values: list[float], best: float) -> tup
     searched range unless the best sits at one of its edges, and inside the setting's bounds."""
     to = (lambda v: math.log(v)) if _log(e) else (lambda v: v)
     back = (lambda v: math.exp(v)) if _log(e) else (lambda v: v)
-    lo0, hi0 = to(float(e.low)), to(float(e.high))
+    lo0, hi0 = to(e.lo), to(e.hi)
     lo, hi = min(to(v) for v in values), max(to(v) for v in values)
     pad = PAD * (hi - lo) if hi > lo else ZERO_SPAN_PAD * (hi0 - lo0)
     lo, hi = max(lo - pad, lo0), min(hi + pad, hi0)
@@ -112,7 +112,7 @@ def next_experiment(exp: Experiment, ts: list[Trial], k: int = TOP_K) -> tuple[d
     data["name"] = f"{exp.name}-next"
     data.pop("storage_path", None)
     data["storage_path"] = exp.storage_path
-    notes = []
+    notes: list[str] = []
     if not top:
         return data, ["no trial finished a rung with status ok: the space is kept as it was"], rung, top
     data["search"] = _next_space(exp.search, (), top, notes)
@@ -130,7 +130,7 @@ def _next_space(search: dict[str, SearchEntry], when: tuple, top: list[Trial], n
         name = qualified(key, when)
         if e.type == "choice":
             out[key] = e.model_dump(exclude_none=True, exclude={"branches"})
-            notes.append(f"{name}: choice kept ({', '.join(map(str, e.values))})")
+            notes.append(f"{name}: choice kept ({', '.join(map(str, e.values or []))})")
             if e.branches:
                 out[key]["branches"] = {str(o): _next_space(branch_of(o, e), when + ((key, o),), top, notes)
                                         for o in e.values or [] if branch_of(o, e)}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .history import Trial, better, final_value, ranked
+from .history import Trial, better, final_known, final_value, ranked
 from .importance import entries
 from .next_space import position
 from .schema import Experiment
@@ -85,8 +85,8 @@ def plot_parallel(exp: Experiment, ts: list[Trial], out: Path) -> Path | None:
     names = list(search)
     if not ok or not names:
         return None
-    import matplotlib.cm as cm
-    vals = [final_value(t, exp.metric) for t in ok]
+    from matplotlib import cm
+    vals = [final_known(t, exp.metric) for t in ok]
     vlo, vhi = min(vals), max(vals)
     fig, ax = _figure(max(6.0, 1.4 * (len(names) + 1)), 4.5)
 
@@ -95,7 +95,7 @@ def plot_parallel(exp: Experiment, ts: list[Trial], out: Path) -> Path | None:
         if v is None:  # a branch this trial did not take
             return float("nan")
         if e.type == "choice":
-            options = list(e.values)
+            options = list(e.values or [])
             return options.index(v) / max(1, len(options) - 1) if v in options else 0.5
         return position(e, float(v))
     for t, v in sorted(zip(ok, vals), key=lambda p: p[1], reverse=exp.mode == "min"):
@@ -105,7 +105,8 @@ def plot_parallel(exp: Experiment, ts: list[Trial], out: Path) -> Path | None:
         ax.plot(range(len(names) + 1), ys, color=cm.viridis(shade), alpha=0.8, lw=1.2)
     for i, n in enumerate(names):
         e = search[n]
-        lo, hi = (str(e.values[0]), str(e.values[-1])) if e.type == "choice" else (sig4(e.low), sig4(e.high))
+        options = e.values or [""]
+        lo, hi = (str(options[0]), str(options[-1])) if e.type == "choice" else (sig4(e.low), sig4(e.high))
         ax.text(i, -0.08, lo, ha="center", va="top", fontsize=7)
         ax.text(i, 1.06, hi, ha="center", va="bottom", fontsize=7)
     ax.text(len(names), -0.08, sig4(vlo), ha="center", va="top", fontsize=7)
@@ -155,7 +156,7 @@ def plot_pareto(exp: Experiment, ts: list[Trial], out: Path) -> Path | None:
 
 def plot_throughput(exp: Experiment, ts: list[Trial], out: Path) -> Path | None:
     names = [n for n in THROUGHPUT_SETTINGS if n in entries(exp)]
-    points = {n: [] for n in names}
+    points: dict[str, list[tuple[Any, float]]] = {n: [] for n in names}
     for t in ts:
         sps = [r["samples_per_s"] for r in t.history if r.get("status") == "ok" and finite(r.get("samples_per_s"))]
         if sps:

@@ -56,7 +56,7 @@ def render(exp: Experiment, ts: list[Trial], out: Path, k: int = TOP_K) -> dict[
                (plot_parallel(exp, ts, out), "parallel coordinates"),
                (plot_importance(importance, out), "parameter importance"), (plot_pareto(exp, ts, out), "Pareto front"),
                (plot_throughput(exp, ts, out), "throughput")]
-    figures = [(p, alt) for p, alt in figures if p is not None]
+    shown = [(p, alt) for p, alt in figures if p is not None]
     notes = write_next(exp, ts, out / "next.yaml", k)
 
     warnings = []
@@ -76,8 +76,8 @@ def render(exp: Experiment, ts: list[Trial], out: Path, k: int = TOP_K) -> dict[
     done = sum(t.row.state in ("TERMINATED", "ERROR") for t in ts)
     parts = [
         f"<h1>{html.escape(exp.name)}</h1>",
-        f"<p>{len(ts)} trials ({done} ended), metric {html.escape(exp.metric)} ({exp.mode}), ASHA over "
-        f"{exp.budget.max_epochs} epochs (grace {exp.budget.grace_epochs}, eta {sig4(exp.budget.reduction_factor)}).</p>",
+        (f"<p>{len(ts)} trials ({done} ended), metric {html.escape(exp.metric)} ({exp.mode}), ASHA over "
+        f"{exp.budget.max_epochs} epochs (grace {exp.budget.grace_epochs}, eta {sig4(exp.budget.reduction_factor)}).</p>"),
     ]
     if best:
         b = best[0]
@@ -85,7 +85,7 @@ def render(exp: Experiment, ts: list[Trial], out: Path, k: int = TOP_K) -> dict[
                      f"{sig4(final_value(b, exp.metric))} at epoch {b.row.epoch}: {html.escape(params_text(b.row.params))}</p>")
     parts += [f"<p class=warn>warning: {html.escape(w)}</p>" for w in warnings]
     parts.append("<h2>Top trials</h2>" + _table(["trial", exp.metric, "epoch", "searched settings"], top_rows))
-    parts += [f"<h2>{html.escape(alt.capitalize())}</h2>{_img(p, alt)}" for p, alt in figures]
+    parts += [f"<h2>{html.escape(alt.capitalize())}</h2>{_img(p, alt)}" for p, alt in shown]
     parts.append(f"<h2>Parameter importance per rung</h2><p>PED-ANOVA on every trial that reached the rung, "
                  f"valued there; rungs with fewer than {MIN_RUNG_TRIALS} trials are skipped.</p>"
                  + _table(["epoch", "trials", "importance"], rung_rows))
@@ -99,5 +99,5 @@ def render(exp: Experiment, ts: list[Trial], out: Path, k: int = TOP_K) -> dict[
             f"<style>{style}</style></head><body>{''.join(parts)}</body></html>")
     (out / "report.html").write_text(page)
     return {"out": str(out), "html": str(out / "report.html"), "next": str(out / "next.yaml"),
-            "pngs": [str(p) for p, _ in figures], "warnings": warnings, "importance": importance}
+            "pngs": [str(p) for p, _ in shown], "warnings": warnings, "importance": importance}
 

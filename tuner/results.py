@@ -89,8 +89,8 @@ def select(exp: Experiment, rows: list[TrialRow], rule: str | None = None) -> Tr
     if rule and rule.startswith("trial:"):
         match = [r for r in rows if r.trial_id == rule[6:]]
         if not match or not match[0].checkpoint:
-            raise ExperimentError(str(exp.exp_dir), [f"--select {rule}: no such trial with a checkpoint; "
-                                                     f"see `tuner status {exp.exp_dir}`"])
+            raise ExperimentError(str(exp.exp_dir), [(f"--select {rule}: no such trial with a checkpoint; "
+                                                     f"see `tuner status {exp.exp_dir}`")])
         return match[0]
     if not ok:
         raise ExperimentError(str(exp.exp_dir), ["no trial finished an epoch with status ok and a checkpoint"])
@@ -101,7 +101,7 @@ def select(exp: Experiment, rows: list[TrialRow], rule: str | None = None) -> Tr
         pool = pareto_front(finished or ok, exp.metrics, exp.modes)
     else:
         pool = ok
-    metric, mode = exp.metric, exp.mode
+    metric, mode = exp.metric, str(exp.mode)
     if rule:
         metric, _, mode = rule.partition(":")
         if mode not in ("min", "max"):

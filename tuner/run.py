@@ -1,8 +1,8 @@
 """Run and resume an experiment: validate, connect, check the cluster, fit, summarize."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from trainables.runtime import storage
 from tuner import local_ray

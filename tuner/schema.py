@@ -6,7 +6,7 @@ import dataclasses
 import math
 import typing
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
@@ -37,10 +37,16 @@ def _train_settings_model() -> type[BaseModel]:
     hints = typing.get_type_hints(TrainConfig)
     fields = {f.name: (hints[f.name], Field(f.default, **f.metadata.get("bounds", {})))
               for f in dataclasses.fields(TrainConfig)}
-    return create_model("TrainSettings", __config__=STRICT, **fields)
+    return create_model("TrainSettings", __config__=STRICT, **fields)  # type: ignore[call-overload]
 
 
-TrainSettings = _train_settings_model()
+if typing.TYPE_CHECKING:
+    class TrainSettings(BaseModel):
+        """For the type checker only: the fields are TrainConfig's, made at run time."""
+
+        def __getattr__(self, name: str) -> Any: ...
+else:
+    TrainSettings = _train_settings_model()
 
 
 TRAIN_FIELDS = [f.name for f in dataclasses.fields(TrainConfig)]
@@ -65,7 +71,7 @@ class Budget(BaseModel):
     grace_epochs: int = Field(1, ge=1)          # ASHA grace period, in epochs
     reduction_factor: float = Field(3.0, gt=1)  # ASHA eta
     max_concurrent_trials: int = Field(0, ge=0) # 0 = as many as the cluster holds
-    time_limit_s: Optional[float] = Field(None, gt=0)  # wall-clock limit of the whole search
+    time_limit_s: float | None = Field(None, gt=0)  # wall-clock limit of the whole search
 
     @property
     def rungs(self) -> tuple[int, ...]:
@@ -89,7 +95,7 @@ class Resources(BaseModel):
     workers: int = Field(1, ge=1)                 # DDP workers per trial (>= 2: Ray Train)
     cpus_per_worker: float = Field(1.0, gt=0)
     gpus_per_worker: float = Field(0.0, ge=0)     # fractions allowed for 1-worker trials
-    accelerator: Optional[str] = Field(None, pattern=r"^[A-Za-z0-9_-]+$")  # GPU type, e.g. A100 -> accelerator_type:A100
+    accelerator: str | None = Field(None, pattern=r"^[A-Za-z0-9_-]+$")  # GPU type, e.g. A100 -> accelerator_type:A100
     max_failures: int = Field(1, ge=0)            # times Tune retries a failed trial (from its checkpoint)
     worker_failures: int = Field(1, ge=0)         # times a DDP trial's ranks are restarted together
     # Where a DDP trial's workers go; PACK (fewest nodes) is right for training. STRICT_SPREAD
@@ -104,13 +110,22 @@ class Resources(BaseModel):
 class SearchEntry(BaseModel):
     model_config = STRICT
     type: Literal["loguniform", "uniform", "int", "choice"]
-    low: Optional[float] = None
-    high: Optional[float] = None
-    q: Optional[float] = None
-    values: Optional[list[Any]] = None
+    low: float | None = None
+    high: float | None = None
+    q: float | None = None
+    values: list[Any] | None = None
     # A choice's sub-spaces: option -> the settings searched only when that option is drawn
     # (e.g. optimizer: sgd -> lr and momentum; adamw -> its own lr range).
-    branches: Optional[dict[str, dict[str, "SearchEntry"]]] = None
+    branches: dict[str, dict[str, SearchEntry]] | None = None
+
+    @property
+    def lo(self) -> float:
+        """`low` of a range entry (checked present by tuner.checks before anything uses it)."""
+        return float(self.low if self.low is not None else math.nan)
+
+    @property
+    def hi(self) -> float:
+        return float(self.high if self.high is not None else math.nan)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -178,11 +193,11 @@ class Experiment(BaseModel):
     storage_path: str = "./runs"
     metric: str = "val_acc"
     mode: Literal["min", "max"] = "max"
-    second_objective: Optional[Objective] = None
+    second_objective: Objective | None = None
     seed: int = 0
     budget: Budget = Budget()
     resources: Resources = Resources()
-    train: TrainSettings = TrainSettings()  # type: ignore[valid-type]
+    train: TrainSettings = TrainSettings()
     search: dict[str, SearchEntry] = {}
 
     @property
@@ -218,7 +233,7 @@ class Experiment(BaseModel):
 
     @property
     def modes(self) -> list[str]:
-        return [self.mode] + ([self.second_objective.mode] if self.second_objective else [])
+        return [str(self.mode)] + ([self.second_objective.mode] if self.second_objective else [])
 
     def base_config(self) -> dict[str, Any]:
         """Fixed training settings as a flat dict, with the experiment's budget and resources."""

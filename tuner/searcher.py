@@ -72,7 +72,7 @@ def default_sampler(seed: int | None, num_samples: int) -> optuna.samplers.BaseS
 
 def make_searcher(search: dict, metric: str | list[str], mode: str | list[str], seed: int | None, budget,
                   journal: str | Path | None = None, study_name: str = "tuner",
-                  sampler: optuna.samplers.BaseSampler | None = None, rungs: tuple[int, ...] = ()) -> "FidelitySearcher":
+                  sampler: optuna.samplers.BaseSampler | None = None, rungs: tuple[int, ...] = ()) -> FidelitySearcher:
     """The searcher of a run over the experiment's (define-by-run) space; `sampler` and `rungs`
     are what the benchmarks vary (default: default_sampler, no rung bookkeeping)."""
     return FidelitySearcher(space=SearchSpace(search), metric=metric, mode=mode,
@@ -135,6 +135,7 @@ class FidelitySearcher(Searcher):
         """The study trial of a Tune trial, as an object to report to (re-made after a restore)."""
         if trial_id not in self.live:
             study, storage = self.study, self.storage_now
+            assert storage is not None   # opened with the study
             number = self.numbers[trial_id]
             tid = storage.get_trial_id_from_study_id_trial_number(storage.get_study_id_from_name(self.study_name), number)
             self.live[trial_id] = optuna.trial.Trial(study, tid)

@@ -30,16 +30,16 @@ def distribution(e: SearchEntry):
     if e.type == "choice":
         return CategoricalDistribution(list(e.values or []))
     if e.type == "int":
-        return IntDistribution(int(e.low), int(e.high), step=int(e.q or 1))
+        return IntDistribution(int(e.lo), int(e.hi), step=int(e.q or 1))
     if e.type == "loguniform":
-        return FloatDistribution(float(e.low), float(e.high), log=True)
-    return FloatDistribution(float(e.low), float(e.high), step=e.q)
+        return FloatDistribution(e.lo, e.hi, log=True)
+    return FloatDistribution(e.lo, e.hi, step=e.q)
 
 
 def _quantised(e: SearchEntry, v: Any) -> Any:
     if e.type != "loguniform" or not e.q:
         return v
-    steps = max(math.ceil(e.low / e.q - 1e-9), min(math.floor(e.high / e.q + 1e-9), round(v / e.q)))
+    steps = max(math.ceil(e.lo / e.q - 1e-9), min(math.floor(e.hi / e.q + 1e-9), round(v / e.q)))
     return steps * e.q
 
 
@@ -69,10 +69,10 @@ def _suggest(trial, name: str, e: SearchEntry) -> Any:
     if e.type == "choice":
         return trial.suggest_categorical(name, list(e.values or []))
     if e.type == "int":
-        return trial.suggest_int(name, int(e.low), int(e.high), step=int(e.q or 1))
+        return trial.suggest_int(name, int(e.lo), int(e.hi), step=int(e.q or 1))
     if e.type == "loguniform":
-        return trial.suggest_float(name, float(e.low), float(e.high), log=True)
-    return trial.suggest_float(name, float(e.low), float(e.high), step=e.q)
+        return trial.suggest_float(name, e.lo, e.hi, log=True)
+    return trial.suggest_float(name, e.lo, e.hi, step=e.q)
 
 
 def param_space(exp: Experiment) -> dict[str, Any]:

@@ -3,7 +3,7 @@ people (console, status, report), whether a reported value is a finite number, a
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, TypeGuard
 
 
 def sig4(v: Any) -> str:
@@ -20,12 +20,12 @@ def params_text(params: dict[str, Any]) -> str:
 
 
 def clock_text(seconds: float) -> str:
-    s = int(round(seconds))
+    s = round(seconds)
     h, rem = divmod(s, 3600)
     return f"{h}:{rem // 60:02d}:{rem % 60:02d}" if h else f"{rem // 60}:{rem % 60:02d}"
 
 
-def finite(v: Any) -> bool:
+def finite(v: Any) -> TypeGuard[float]:
     """A real, finite number (not a bool, not NaN or inf): what may be told, plotted or ranked."""
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 

@@ -10,6 +10,7 @@ import hashlib
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,7 +71,7 @@ def _hash_files(paths: list[Path]) -> str:
     return h.hexdigest()
 
 
-def _cifar_key(cfg: DataConfig) -> tuple[str, callable]:
+def _cifar_key(cfg: DataConfig) -> tuple[str, Callable[[], dict[str, np.ndarray]]]:
     folder = Path(cfg.data_root) / CIFAR_DIR
     missing = [f for f in CIFAR_FILES if not (folder / f).is_file()]
     if missing:
@@ -95,7 +96,7 @@ def _cifar_download(root: str) -> None:
     from torchvision.datasets import CIFAR10
     try:
         CIFAR10(root, train=True, download=True)
-    except Exception as e:  # no network, refused, disk full
+    except Exception as e:  # noqa: BLE001 - no network, refused, disk full: one clear error
         raise DataError(f"CIFAR-10 download into {root} failed ({type(e).__name__}: {e}); copy "
                         f"{CIFAR_DIR}/ there by hand and set download: false") from None
 
@@ -106,10 +107,10 @@ def _digits_file() -> Path:
     spec = importlib.util.find_spec("sklearn")
     if spec is None or not spec.submodule_search_locations:
         raise DataError("dataset='digits' needs scikit-learn (its bundled digits data); pip install scikit-learn")
-    return Path(list(spec.submodule_search_locations)[0]) / "datasets" / "data" / "digits.csv.gz"
+    return Path(next(iter(spec.submodule_search_locations))) / "datasets" / "data" / "digits.csv.gz"
 
 
-def _digits_key(cfg: DataConfig) -> tuple[str, callable]:
+def _digits_key(cfg: DataConfig) -> tuple[str, Callable[[], dict[str, np.ndarray]]]:
     source = _digits_file()
     key = _hash_files([source]) if source.is_file() else "sklearn-digits"
 
@@ -171,7 +172,7 @@ def read_h5(path: Path, key: str) -> dict[str, np.ndarray] | None:
         with h5py.File(path, "r", locking=False) as f:
             if f.attrs.get("content_key") != key:
                 return None
-            return {name: f[name][()] for name in f.keys()}
+            return {name: f[name][()] for name in f}
     except (OSError, KeyError):
         return None
 
@@ -234,7 +235,7 @@ def load_data(cfg: DataConfig, seed: int = 0) -> DataBundle:
     if cfg.train_subset:
         x, y = x[: cfg.train_subset], y[: cfg.train_subset]
     perm = np.random.default_rng(seed).permutation(len(y))
-    n_val = max(1, int(round(len(y) * cfg.val_fraction)))
+    n_val = max(1, round(len(y) * cfg.val_fraction))
     val_idx, tr_idx = np.sort(perm[:n_val]), np.sort(perm[n_val:])
     train = Split(x[tr_idx], y[tr_idx])
     mean, std = _channel_stats(train.images)

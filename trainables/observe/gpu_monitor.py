@@ -53,14 +53,15 @@ class GpuMonitor:
         self._samples: list[tuple[float, float, float]] = []   # utilisation %, memory used, power W
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._thread = None
+        self.thread = None
         self.nvml, self.handle, self.total = None, None, 0.0
         uuid = uuid or device_uuid(device)
         if uuid is None:
             return
         try:
             if nvml is None:
-                import pynvml as nvml
+                import pynvml
+                nvml = pynvml
             nvml.nvmlInit()
             self.handle = nvml_handle(nvml, uuid)
             if self.handle is None:
@@ -72,11 +73,13 @@ class GpuMonitor:
             log.info("NVML unavailable (%s): no GPU utilisation figures", e)
             self.nvml = self.handle = None
             return
-        self._thread = threading.Thread(target=self._run, name="gpu-monitor", daemon=True)
-        self._thread.start()
+        self.thread = threading.Thread(target=self._run, name="gpu-monitor", daemon=True)
+        self.thread.start()
 
     def sample(self) -> None:
         n, h = self.nvml, self.handle
+        if n is None:
+            return
         try:
             util = float(n.nvmlDeviceGetUtilizationRates(h).gpu)
             used = float(n.nvmlDeviceGetMemoryInfo(h).used)
@@ -122,12 +125,12 @@ class GpuMonitor:
 
     def close(self) -> None:
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None
+        if self.thread is not None:
+            self.thread.join(timeout=5)
+            self.thread = None
         if self.nvml is not None:
             try:
                 self.nvml.nvmlShutdown()
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001, S110 - NVML's own shutdown: nothing left to do
                 pass
             self.nvml = None

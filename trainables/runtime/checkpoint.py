@@ -31,7 +31,7 @@ class CheckpointError(RuntimeError):
 @functools.lru_cache(maxsize=1)  # one lookup per process, not one subprocess per checkpoint
 def git_revision() -> str:
     try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], check=False, capture_output=True, text=True,
                              timeout=5, cwd=Path(__file__).resolve().parent)
         return out.stdout.strip() or "unknown"
     except (OSError, subprocess.SubprocessError):
@@ -43,7 +43,7 @@ def package_version() -> str:
     try:
         from importlib.metadata import version
         return version("tuner")
-    except Exception:  # running from a source tree that is not installed (e.g. the GPU machine)
+    except Exception:  # noqa: BLE001 - a source tree that is not installed (e.g. the GPU machine)
         return "0+source"
 
 
@@ -66,10 +66,10 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 def strip_prefix(state_dict: dict[str, torch.Tensor], prefix: str = "module.") -> dict[str, torch.Tensor]:
     """DDP and torch.compile wrap the model; their keys carry a prefix the bare model lacks."""
-    return {(k[len(prefix):] if k.startswith(prefix) else k): v for k, v in state_dict.items()}
+    return {(k.removeprefix(prefix)): v for k, v in state_dict.items()}
 
 
-def _sha256(path: Path) -> str:
+def sha256_of(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -112,7 +112,7 @@ def save(path: str | os.PathLike, payload: dict[str, Any]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     payload = {"format": FORMAT, "version": package_version(), "git": git_revision(), **payload}
     _write_atomic(path, lambda f: torch.save(payload, f))
-    manifest = {"file": path.name, "bytes": path.stat().st_size, "sha256": _sha256(path)}
+    manifest = {"file": path.name, "bytes": path.stat().st_size, "sha256": sha256_of(path)}
     _write_atomic(manifest_path(path), lambda f: f.write(json.dumps(manifest).encode()))
     dir_fd = os.open(path.parent, os.O_RDONLY)
     try:
@@ -149,7 +149,7 @@ def verify(path: Path) -> None:
     size = path.stat().st_size
     if size != want_size:
         raise CheckpointError(f"{path} is corrupt: {size} bytes, the manifest says {want_size} (truncated?)")
-    if _sha256(path) != want_sha:
+    if sha256_of(path) != want_sha:
         raise CheckpointError(f"{path} is corrupt: its SHA-256 differs from the manifest written with it")
 
 
@@ -162,7 +162,7 @@ def load(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> d
     verify(path)
     try:
         payload = torch.load(path, map_location=map_location, weights_only=True)
-    except Exception as e:  # pickle with forbidden globals, not a torch file
+    except Exception as e:  # noqa: BLE001 - pickle with forbidden globals, not a torch file
         raise CheckpointError(f"{path} is not a readable tuner checkpoint (corrupted or not made by tuner): "
                               f"{type(e).__name__}: {str(e).splitlines()[0][:200]}") from None
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
@@ -175,7 +175,7 @@ def read_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
     """A bare state dict or a tuner checkpoint's model weights, on CPU."""
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 - whatever torch.load raises: one clear error
         raise CheckpointError(f"{path}: cannot read weights ({type(e).__name__}: {e})") from None
     if isinstance(obj, dict) and obj.get("format") == FORMAT:
         obj = obj["model"]

@@ -132,11 +132,11 @@ def _folder_problems(marker: str, token: str) -> list[str]:
     try:
         seen = path.read_text()
     except OSError as e:
-        return [f"cannot read {path} ({e.strerror}): the storage path is not the driver's here; mount the "
-                f"same shared folder at {path.parent.parent} on every node"]
+        return [(f"cannot read {path} ({e.strerror}): the storage path is not the driver's here; mount the "
+                f"same shared folder at {path.parent.parent} on every node")]
     if seen != token:
-        return [f"{path} holds another run's token: this node sees a different folder at "
-                f"{path.parent.parent}; mount the driver's shared folder there"]
+        return [(f"{path} holds another run's token: this node sees a different folder at "
+                f"{path.parent.parent}; mount the driver's shared folder there")]
     trouble = folder_problem("storage_path", path.parent, min_free=0)
     return [trouble] if trouble else []
 
@@ -147,11 +147,11 @@ def _uri_problems(marker: str, token: str) -> list[str]:
     try:
         seen = read_bytes(marker).decode()
     except Exception as e:  # noqa: BLE001 - pyarrow's errors for a missing object, bad credentials, no route
-        return [f"cannot read {marker} ({first_line(e)}): this node cannot reach the run's storage; give every node the "
-                "same credentials (instance profile / service account) and network access to it"]
+        return [(f"cannot read {marker} ({first_line(e)}): this node cannot reach the run's storage; give every node the "
+                "same credentials (instance profile / service account) and network access to it")]
     if seen != token:
-        return [f"{marker} holds another run's token: this node reads a different store; give every node the "
-                "driver's storage settings"]
+        return [(f"{marker} holds another run's token: this node reads a different store; give every node the "
+                "driver's storage settings")]
     trouble = folder_problem("storage_path", parent_and_name(marker)[0], min_free=0)
     return [trouble] if trouble else []
 

@@ -28,9 +28,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, cast
 
 # Seconds a rank gets to exit after SIGTERM before SIGKILL.
 STOP_GRACE_S = 5.0
@@ -90,7 +91,8 @@ class RankGroup:
         open_ = dict(self.conns)
         done: set[int] = set()
         while open_:
-            for conn in wait(list(open_.values())):
+            for ready in wait(list(open_.values())):
+                conn = cast(Connection, ready)
                 rank = next(r for r, c in open_.items() if c is conn)
                 who = f"rank {rank}" if self.world > 1 else "the training process"
                 try:

@@ -9,8 +9,8 @@ imported for URIs only: the training side runs without it on local folders.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 
 def is_uri(path: str | os.PathLike) -> bool:

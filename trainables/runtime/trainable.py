@@ -4,7 +4,8 @@ TorchTrainer (ranks on any nodes).  All of them report the same metrics and chec
 from __future__ import annotations
 
 import os
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from trainables.config import training_settings
 
@@ -86,7 +87,7 @@ def make_trainable(workers: int, cpus_per_worker: float, gpus_per_worker: float,
         return tune.with_resources(trainable, lambda config: PlacementGroupFactory(
             [local_resources(world, cpus_per_worker, gpus_per_worker, config, accelerator)]))
 
-    def trainable(config: dict[str, Any]) -> None:
+    def trainable(config: dict[str, Any]) -> None:  # type: ignore[no-redef]  # one of two by branch: Tune keys on the name
         _fit_ddp(with_model_board(training_settings(config)), workers, cpus_per_worker, gpus_per_worker, train_storage,
                  controller_failure_limit, worker_failures, keep_by, accelerator, placement_strategy)
     return tune.with_resources(trainable, {"cpu": DRIVER_CPU})

@@ -24,7 +24,7 @@ class ConvNet(nn.Module):
 
     def __init__(self, in_channels: int, num_classes: int, width: float = 1.0, dropout: float = 0.1):
         super().__init__()
-        c = [max(8, int(round(w * width))) for w in (32, 64, 128, 256)]
+        c = [max(8, round(w * width)) for w in (32, 64, 128, 256)]
         self.features = nn.Sequential(
             nn.Conv2d(in_channels, c[0], 3, 1, 1, bias=False), nn.BatchNorm2d(c[0]), nn.ReLU(inplace=True),
             _sep_block(c[0], c[1], 1), _sep_block(c[1], c[2], 2), _sep_block(c[2], c[3], 2),

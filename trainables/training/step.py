@@ -17,7 +17,7 @@ every step (and agrees before the backward), as a fallback.
 from __future__ import annotations
 
 import contextlib
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.distributed as dist

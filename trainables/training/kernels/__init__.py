@@ -14,7 +14,7 @@ from trainables.config import ConfigError
 from trainables.training.kernels.augment_ref import augment_torch
 from trainables.training.kernels.cross_entropy_ref import cross_entropy_torch
 
-__all__ = ["resolve", "triton_reason", "augment", "cross_entropy", "augment_torch", "cross_entropy_torch"]
+__all__ = ["augment", "augment_torch", "cross_entropy", "cross_entropy_torch", "resolve", "triton_reason"]
 
 
 def interpreting() -> bool:

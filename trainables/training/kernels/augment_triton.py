@@ -13,7 +13,7 @@ BLOCK = 1024
 
 
 @triton.jit
-def _augment_kernel(img_ptr, idx_ptr, off_ptr, flip_ptr, scale_ptr, shift_ptr, out_ptr,
+def augment_kernel(img_ptr, idx_ptr, off_ptr, flip_ptr, scale_ptr, shift_ptr, out_ptr,
                     total, C, H, W, s_n, s_c, s_h, s_w, pad, src_pad, BLOCK: tl.constexpr):
     # Each program writes BLOCK consecutive elements of the NHWC output.  The source is
     # either the batch itself (src_pad 0) or resident data padded by src_pad, read at idx.
@@ -56,6 +56,6 @@ def augment_triton(images: torch.Tensor, offsets: torch.Tensor, flips: torch.Ten
     scale = scale.to(dev, torch.float32).contiguous()
     shift = shift.to(dev, torch.float32).contiguous()
     grid = (triton.cdiv(total, BLOCK),)
-    _augment_kernel[grid](images, index, offsets, flips, scale, shift, out, total, c, h, w, *images.stride(),
+    augment_kernel[grid](images, index, offsets, flips, scale, shift, out, total, c, h, w, *images.stride(),
                           padding, src_pad, BLOCK=BLOCK)
     return out.permute(0, 3, 1, 2)

@@ -14,7 +14,7 @@ MAX_CLASSES = 1 << 16
 
 
 @triton.jit
-def _ce_fwd(x_ptr, t_ptr, loss_ptr, lse_ptr, C, stride, eps, BLOCK: tl.constexpr):
+def ce_fwd_kernel(x_ptr, t_ptr, loss_ptr, lse_ptr, C, stride, eps, BLOCK: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     live = cols < C
@@ -30,7 +30,7 @@ def _ce_fwd(x_ptr, t_ptr, loss_ptr, lse_ptr, C, stride, eps, BLOCK: tl.constexpr
 
 
 @triton.jit
-def _ce_bwd(x_ptr, t_ptr, lse_ptr, g_ptr, dx_ptr, C, stride, eps, inv_n, BLOCK: tl.constexpr):
+def ce_bwd_kernel(x_ptr, t_ptr, lse_ptr, g_ptr, dx_ptr, C, stride, eps, inv_n, BLOCK: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     live = cols < C
@@ -55,7 +55,7 @@ class _CrossEntropy(torch.autograd.Function):
         loss = torch.empty(n, dtype=torch.float32, device=x.device)
         lse = torch.empty(n, dtype=torch.float32, device=x.device)
         block = triton.next_power_of_2(c)
-        _ce_fwd[(n,)](x, target, loss, lse, c, x.stride(0), float(eps), BLOCK=block)
+        ce_fwd_kernel[(n,)](x, target, loss, lse, c, x.stride(0), float(eps), BLOCK=block)
         ctx.save_for_backward(x, target, lse)
         ctx.eps, ctx.block, ctx.in_dtype = float(eps), block, logits.dtype
         return loss.sum() / n
@@ -66,7 +66,7 @@ class _CrossEntropy(torch.autograd.Function):
         x, target, lse = ctx.saved_tensors
         n, c = x.shape
         dx = torch.empty_like(x)
-        _ce_bwd[(n,)](x, target, lse, grad.float().contiguous(), dx, c, x.stride(0), ctx.eps, 1.0 / n,
+        ce_bwd_kernel[(n,)](x, target, lse, grad.float().contiguous(), dx, c, x.stride(0), ctx.eps, 1.0 / n,
                       BLOCK=ctx.block)
         return dx.to(ctx.in_dtype), None, None
 
