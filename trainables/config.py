@@ -20,7 +20,6 @@ PRECISIONS = ("fp32", "bf16", "fp16")
 KERNELS = ("auto", "triton", "torch")
 PRUNE_SCOPES = ("global", "layer")
 DEVICES = ("auto", "cpu", "cuda")
-FAULTS = ("", "nan_loss", "oom", "oom_rank1")
 
 # Settings that only mean something for the torch DataLoader.
 TORCH_LOADER_FIELDS = ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor",
@@ -134,13 +133,11 @@ class RunConfig:
     device: str = "auto"             # auto | cpu | cuda
     workers: int = bounded(1, ge=1)                 # data-parallel workers per trial
     checkpoint_every: int = bounded(1, ge=1)        # epochs between checkpoints
-    inject_fault: str = ""           # testing seam from the first step: nan_loss | oom | oom_rank1 (rank 1 only)
     profile: bool = False            # torch.profiler over 5 steps (1 wait, 1 warmup, 3 active) of one trial
     profile_dir: str = ""            # where the trace and its table go (the service: <experiment>/profiles)
     tb_histograms: bool = False      # TensorBoard histograms of every parameter, each epoch (rank 0)
     tb_graph: bool = False           # TensorBoard graph of the model (traced once, rank 0)
     tb_dir: str = ""                 # where those go (the service: <trial folder>/model; `train`: OUT/model)
-    fault_dir: str = ""              # testing seam: rank<r>.pid files; a `hold` file there naming epoch N pauses before N
 
 
 SECTIONS = (DataConfig, ModelConfig, OptimConfig, StepConfig, PruneConfig, RunConfig)
@@ -203,7 +200,7 @@ def problems_of(cfg: TrainConfig, has_gpu: bool) -> list[str]:
     for name, allowed in (("dataset", DATASETS), ("loader", LOADERS), ("model", MODELS),
                           ("optimizer", OPTIMIZERS), ("scheduler", SCHEDULERS),
                           ("precision", PRECISIONS), ("kernels", KERNELS),
-                          ("prune_scope", PRUNE_SCOPES), ("device", DEVICES), ("inject_fault", FAULTS)):
+                          ("prune_scope", PRUNE_SCOPES), ("device", DEVICES)):
         one_of(name, allowed)
     if cfg.precision == "fp16" and not has_gpu:
         p.append("precision='fp16' needs a CUDA GPU (GradScaler and fp16 autocast); "

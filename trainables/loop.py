@@ -10,11 +10,9 @@ import gc
 import inspect
 import logging
 import math
-import os
 import shutil
 import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -28,6 +26,7 @@ from trainables.observe import profiling
 from trainables.observe.gpu_monitor import GpuMonitor
 from trainables.observe.model_board import ModelBoard
 from trainables.runtime import checkpoint as ckpt_io
+from trainables.runtime import plugin
 from trainables.runtime.session import PlainSession, Session
 from trainables.training import kernels, pruning
 from trainables.training.models import build_model
@@ -45,31 +44,6 @@ NO_FORWARD_BUFFER_SYNC = ({"forward_sync_buffers": False}
 
 class CheckpointWriteError(RuntimeError):
     """A checkpoint could not be written (disk full, I/O error): the trial ends, nothing is lost."""
-
-
-def write_pid_file(cfg: TrainConfig, rank: int) -> None:
-    """Testing seam: `fault_dir/rank<r>.pid` names the process training as rank r now."""
-    if cfg.fault_dir:
-        folder = Path(cfg.fault_dir)
-        folder.mkdir(parents=True, exist_ok=True)
-        tmp = folder / f".rank{rank}.pid.{os.getpid()}"
-        tmp.write_text(str(os.getpid()))
-        os.replace(tmp, folder / f"rank{rank}.pid")
-
-
-def wait_while_held(cfg: TrainConfig, epoch: int) -> None:
-    """Testing seam: while `fault_dir/hold` names an epoch <= `epoch`, wait before starting it,
-    so a test can act on a trial at a known point (its earlier epochs reported and checkpointed)."""
-    if not cfg.fault_dir:
-        return
-    hold = Path(cfg.fault_dir) / "hold"
-    while True:
-        try:
-            if int(hold.read_text().strip() or 0) > epoch:
-                return
-        except (FileNotFoundError, ValueError):
-            return
-        time.sleep(0.05)
 
 
 def _all_reduce(values: list[float], device: torch.device) -> list[float]:
@@ -125,7 +99,7 @@ class _Trial:
         self.optimizer = build_optimizer(cfg, model)
         self.scheduler = build_scheduler(cfg, self.optimizer, self.steps_per_epoch)
         self.wrapped = self._wrap(model)
-        self.step = TrainStep(self.wrapped, self.optimizer, loss_fn=make_loss(cfg, self.impl, session.rank), device=self.device,
+        self.step = TrainStep(self.wrapped, self.optimizer, loss_fn=plugin.wrap_loss(make_loss(cfg, self.impl), cfg.to_dict(), session.rank), device=self.device,
                               precision=cfg.precision, grad_clip=cfg.grad_clip,
                               max_nonfinite_steps=cfg.max_nonfinite_steps, channels_last=cfg.channels_last,
                               sync_every=cfg.sync_every)
@@ -284,10 +258,10 @@ class _Trial:
 
     def run(self) -> dict[str, Any]:
         last: dict[str, Any] = {}
-        write_pid_file(self.cfg, self.session.rank)
+        plugin.on_rank_start(self.session.rank)
         try:
             for epoch in range(self.start_epoch, self.cfg.epochs + 1):
-                wait_while_held(self.cfg, epoch)
+                plugin.before_epoch(self.session.rank, epoch)
                 last = self.epoch_metrics(epoch, time.perf_counter())
                 keep = epoch % self.cfg.checkpoint_every == 0 or epoch == self.cfg.epochs
                 log.info("epoch %d/%d val_acc=%.4f val_loss=%.4f train_loss=%.4f %.0f samples/s", epoch,

@@ -41,14 +41,7 @@ def build_scheduler(cfg: TrainConfig, opt: torch.optim.Optimizer, steps_per_epoc
     return torch.optim.lr_scheduler.LambdaLR(opt, factor)
 
 
-def make_loss(cfg: TrainConfig, impl: str, rank: int = 0):
+def make_loss(cfg: TrainConfig, impl: str):
     def loss_fn(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return kernels.cross_entropy(logits, y, cfg.label_smoothing, impl=impl)
-
-    if cfg.inject_fault == "nan_loss":
-        return lambda logits, y: loss_fn(logits, y) * float("nan")
-    if cfg.inject_fault == "oom" or (cfg.inject_fault == "oom_rank1" and rank == 1):
-        def oom(logits, y):
-            raise torch.OutOfMemoryError(f"injected fault: CUDA out of memory (inject_fault={cfg.inject_fault})")
-        return oom
     return loss_fn

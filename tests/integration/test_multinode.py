@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import fault_plugin
 import psutil
 import pytest
 from ray_helpers import dashboard_json, free_ports
@@ -176,10 +177,10 @@ def _lose_the_trials_node(cluster, tmp_path: Path, name: str, preempted: bool) -
     faults.mkdir()
     (faults / "hold").write_text("2")                  # every trial waits before epoch 2 (epoch 1 checkpointed)
     storage = tmp_path / "runs"
-    spec = _spec(tmp_path, name, 1, storage, epochs=3, train=f", fault_dir: {faults}",
-                 resources=", max_failures: 0" if preempted else "")
+    spec = _spec(tmp_path, name, 1, storage, epochs=3, resources=", max_failures: 0" if preempted else "")
     proc = subprocess.Popen([sys.executable, "-m", "tuner", "run", str(spec), "--address", c.address],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, **fault_plugin.env(dir=faults)})
     try:
         result = None
         deadline = time.monotonic() + 120

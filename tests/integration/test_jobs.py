@@ -18,7 +18,7 @@ import pytest
 from ray_helpers import free_ports
 
 pytestmark = pytest.mark.integration
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _fresh_copy(dest: Path) -> None:

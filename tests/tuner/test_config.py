@@ -9,7 +9,7 @@ import pytest
 from tuner.config import load, parse
 from tuner.schema import ExperimentError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = sorted((ROOT / "search_spaces").glob("*.yaml"))
 
 GOOD = """
@@ -136,7 +136,9 @@ def test_cli_validate_lists_problems_and_run_starts_nothing(tmp_path):
     bad.write_text(GOOD.replace("lr: 0.1", "lr: 0.1, precision: fp16") + f"storage_path: {tmp_path / 'runs'}\n"
                    "metrc: x\n")
     v = _cli("validate", str(bad), cwd=tmp_path)
-    assert v.returncode != 0 and "metrc" in v.stderr and "fp16" in v.stderr and "Traceback" not in v.stderr
+    h = _cli("validate", "--help", cwd=tmp_path)
+    assert v.returncode == 2 and f"exit {v.returncode} if any" in h.stdout, h.stdout   # the help says what it does
+    assert "metrc" in v.stderr and "fp16" in v.stderr and "Traceback" not in v.stderr
     r = _cli("run", str(bad), cwd=tmp_path)
     assert r.returncode != 0 and "Traceback" not in r.stderr
     assert "Ray" not in r.stdout and not (tmp_path / "runs").exists()

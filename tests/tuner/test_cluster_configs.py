@@ -8,7 +8,7 @@ import pytest
 import tomllib
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = ROOT / "cluster"
 RAY_UP_FILES = ["aws-gpu.yaml", "gcp-gpu.yaml", "onprem.yaml"]
 

@@ -1,11 +1,11 @@
 import json
 import math
 
+import fault_plugin
 import pytest
 import torch
 from conftest import digits_config
 
-from trainables import loop
 from trainables.loop import train_loop
 from trainables.runtime.session import PlainSession
 from trainables.training.step import TrainStep
@@ -38,9 +38,8 @@ def test_pruning_in_the_loop_reports_sparsity(cache_dir):
 
 
 def test_divergence_ends_the_trial_with_a_finite_metric(cache_dir, monkeypatch):
-    def nan_loss(cfg, impl, rank=0):
-        return lambda logits, y: torch.nn.functional.cross_entropy(logits, y) * float("nan")
-    monkeypatch.setattr(loop, "make_loss", nan_loss)
+    for k, v in fault_plugin.env(inject="nan_loss").items():
+        monkeypatch.setenv(k, v)            # the test plugin's NaN loss (trainables/runtime/plugin.py)
     s = PlainSession("cpu")
     m = train_loop(digits_config(cache_dir, epochs=2, max_nonfinite_steps=3), s)
     assert m["status"] == "diverged" and s.reports[-1]["status"] == "diverged"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 COMPAT = {ROOT / "tuner" / "_compat.py", ROOT / "trainables" / "_compat.py"}
 SCANNED = ("tuner", "trainables", "tests", "benchmarks")
 UNDOCUMENTED = {"found_inf"}          # not underscored, but a library's undocumented attribute

@@ -17,7 +17,7 @@ import torch
 from trainables import _compat as train_compat
 from tuner import _compat
 
-FIXTURE = Path(__file__).resolve().parent / "fixtures" / "written-by-0.1.0"
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "written-by-0.1.0"
 
 
 def hook(name):
@@ -82,7 +82,7 @@ def test_validate_cluster_config():
     import copy
 
     import yaml
-    cfg = yaml.safe_load((Path(__file__).resolve().parents[1] / "cluster" / "onprem.yaml").read_text())
+    cfg = yaml.safe_load((Path(__file__).resolve().parents[2] / "cluster" / "onprem.yaml").read_text())
     _compat.validate_cluster_config(copy.deepcopy(cfg))
     with pytest.raises(Exception, match="no_such_key|provider|Additional properties"):
         _compat.validate_cluster_config({"cluster_name": "x", "no_such_key": 1})

@@ -10,6 +10,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+import fault_plugin
 import pytest
 from conftest import digits_config
 
@@ -61,10 +62,12 @@ def test_two_ranks_train_and_only_rank_zero_reports_with_a_checkpoint_each_epoch
 
 @pytest.mark.timeout(180)
 def test_a_killed_rank_restarts_the_group_from_the_latest_checkpoint_until_the_budget_is_spent(cache_dir, tmp_path,
-                                                                                             capfd):
+                                                                                             capfd, monkeypatch):
     faults = tmp_path / "faults"
     faults.mkdir()
     (faults / "hold").write_text("2")      # every start of the group waits before epoch 2
+    for k, v in fault_plugin.env(dir=faults).items():
+        monkeypatch.setenv(k, v)           # the ranks inherit it
     session = PlainSession("cpu", storage=str(tmp_path / "trial"))
     killed: list[int] = []
 
@@ -79,7 +82,7 @@ def test_a_killed_rank_restarts_the_group_from_the_latest_checkpoint_until_the_b
     killer = threading.Thread(target=kill_rank_one_twice, daemon=True)
     killer.start()
     with pytest.raises(RankError, match=r"rank 1 exited with code -9 .*restarted 1 time"):
-        run_ranks(2, _job(cache_dir, epochs=3, fault_dir=str(faults)), session, restarts=1)
+        run_ranks(2, _job(cache_dir, epochs=3), session, restarts=1)
     killer.join(timeout=5)
     assert len(killed) == 2
     # The second group resumed from epoch 1's checkpoint (its rank 1 wrote a pid file only
@@ -97,7 +100,7 @@ sys.path.insert(0, {tests!r})
 from conftest import digits_config
 from trainables.runtime.ranks import run_ranks
 from trainables.runtime.session import PlainSession
-cfg = digits_config({cache!r}, workers=2, epochs=3, micro_batch_size=32, max_steps_per_epoch=3, fault_dir={faults!r})
+cfg = digits_config({cache!r}, workers=2, epochs=3, micro_batch_size=32, max_steps_per_epoch=3)
 run_ranks(2, {{"config": asdict(cfg), "device": "cpu", "threads": 1}}, PlainSession("cpu"), restarts=0)
 """
 
@@ -107,11 +110,11 @@ def test_the_ranks_end_when_the_process_that_started_them_is_killed(cache_dir, t
     faults = tmp_path / "faults"
     faults.mkdir()
     (faults / "hold").write_text("2")
-    code = DRIVER.format(tests=str(Path(__file__).parent), cache=cache_dir, faults=str(faults))
-    root = Path(__file__).resolve().parents[1]
+    code = DRIVER.format(tests=str(Path(__file__).resolve().parents[1]), cache=cache_dir, faults=str(faults))
+    root = Path(__file__).resolve().parents[2]
     (tmp_path / "tmp").mkdir()
     driver = subprocess.Popen([sys.executable, "-c", code], cwd=root, start_new_session=True,
-                              env={**os.environ, "TMPDIR": str(tmp_path / "tmp")})
+                              env={**os.environ, "TMPDIR": str(tmp_path / "tmp"), **fault_plugin.env(dir=faults)})
     try:
         _wait_for(lambda: all((faults / f"rank{r}.pid").exists() for r in (0, 1)), what="both ranks to start")
         ranks = [int((faults / f"rank{r}.pid").read_text()) for r in (0, 1)]

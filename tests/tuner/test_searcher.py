@@ -11,7 +11,7 @@ from tuner.schema import SearchEntry
 from tuner.searcher import FidelitySearcher, tpe_sampler
 from tuner.space import SearchSpace
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 LR = SearchSpace({"lr": SearchEntry(type="loguniform", low=1e-3, high=1.0)})
 
 

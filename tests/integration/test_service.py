@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import fault_plugin
 import pytest
 import torch
 from ray_helpers import dashboard_json, interrupt_when
@@ -30,17 +31,21 @@ train: {{dataset: digits, cache_dir: {cache}, model: convnet, width: 0.5, flip: 
 search:
   lr: {{type: loguniform, low: 1.0e-3, high: 0.3}}
   micro_batch_size: {{type: choice, values: [32, 64]}}
-  inject_fault: {{type: choice, values: ["", "", "", "", "nan_loss"]}}
+  label_smoothing: {{type: choice, values: [0.0, 0.0, 0.0, 0.0, {diverging}]}}
 """
+DIVERGING = 0.0123   # the trials drawing this label_smoothing get a NaN loss (tests/fault_plugin.py)
 
 
 @pytest.fixture(scope="module")
 def small_run(ray_address, tmp_path_factory):
-    from tuner.run import run_experiment
     root = tmp_path_factory.mktemp("small")
-    exp = parse(SMALL.format(storage=root / "runs", cache=root / "cache"))
-    summary = run_experiment(exp, echo=lambda s: None)
-    return exp, summary
+    text = SMALL.format(storage=root / "runs", cache=root / "cache", diverging=DIVERGING)
+    (root / "small.yaml").write_text(text)
+    r = _cli("run", str(root / "small.yaml"), "--address", ray_address, timeout=540,
+             env=fault_plugin.env(inject="nan_loss", when={"label_smoothing": DIVERGING}))
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    exp = parse(text)
+    return exp, json.loads((exp.exp_dir / "summary.json").read_text())
 
 
 def _results(exp):
@@ -78,7 +83,7 @@ def test_optuna_study_holds_pruned_complete_and_failed(small_run):
     for t in by_state[TrialState.COMPLETE]:
         assert t.value == t.intermediate_values[exp.budget.max_epochs] and math.isfinite(t.value)
     for t in by_state[TrialState.FAIL]:
-        assert t.params["inject_fault"] == "nan_loss" and t.value is None
+        assert t.params["label_smoothing"] == DIVERGING and t.value is None
     assert not any(t.state == TrialState.RUNNING for t in study.trials)
 
 
@@ -158,9 +163,9 @@ def test_export_refuses_a_corrupt_checkpoint_and_writes_nothing(small_run, tmp_p
     assert not (tmp_path / "best").exists() or not any((tmp_path / "best").iterdir())
 
 
-def _cli(*args, cwd=None, timeout=300):
-    return subprocess.run([sys.executable, "-m", "tuner", *args], check=False, capture_output=True, text=True, timeout=timeout,
-                          cwd=cwd)
+def _cli(*args, cwd=None, timeout=300, env=None):
+    return subprocess.run([sys.executable, "-m", "tuner", *args], check=False, capture_output=True, text=True,
+                          timeout=timeout, cwd=cwd, env={**os.environ, **(env or {})})
 
 
 def test_status_json_lists_every_trial(small_run):
@@ -193,7 +198,7 @@ def test_two_worker_ddp_trial_through_torchtrainer(ray_address, tmp_path, monkey
     # The fixture's files are not the published ones (torchvision's md5 check would refuse
     # them in the trial's processes): build the HDF5 cache here, the trials read it.
     D.load_arrays(DataConfig(dataset="cifar10", data_root=str(root), cache_dir=str(cache)))
-    spec = Path(__file__).resolve().parents[1] / "search_spaces" / "cifar-smoke.yaml"
+    spec = Path(__file__).resolve().parents[2] / "search_spaces" / "cifar-smoke.yaml"
     r = _cli("run", str(spec), "--address", ray_address, "--set", f"train.data_root={root}",
              "--set", f"train.cache_dir={cache}", "--set", f"storage_path={tmp_path / 'runs'}",
              "--set", "resources.ddp=train", timeout=540)
@@ -231,9 +236,10 @@ def test_two_worker_ddp_trial_through_torchtrainer(ray_address, tmp_path, monkey
 
 def _fault_spec(tmp_path: Path, name: str, *, seed: int, samples: int, epochs: int, workers: int = 1,
                 width: float = 1.0, micro_batch: int = 16, hold_epoch: int | None = None,
-                fault: str = "") -> tuple[Path, Path]:
-    """A small digits experiment (its spec file) and its fault folder; with hold_epoch, every
-    trial pauses before that epoch until the test removes `fault_dir/hold`."""
+                fault: str = "") -> tuple[Path, Path, dict[str, str]]:
+    """A small digits experiment (its spec file), its fault folder and the environment that
+    makes its trials load tests/fault_plugin.py; with hold_epoch, every trial pauses before
+    that epoch until the test removes `faults/hold`."""
     faults = tmp_path / "faults"
     faults.mkdir()
     if hold_epoch:
@@ -246,11 +252,11 @@ seed: {seed}
 budget: {{num_samples: {samples}, max_epochs: {epochs}, grace_epochs: {epochs}, max_concurrent_trials: 1}}
 resources: {{workers: {workers}, cpus_per_worker: 1}}
 train: {{dataset: digits, cache_dir: {tmp_path / "cache"}, model: convnet, width: {width}, micro_batch_size: {micro_batch},
-         flip: false, crop_padding: 1, fault_dir: {faults}, inject_fault: "{fault}"}}
+         flip: false, crop_padding: 1}}
 search:
   lr: {{type: loguniform, low: 1.0e-2, high: 0.1}}
 """)
-    return spec, faults
+    return spec, faults, fault_plugin.env(dir=faults, inject=fault)
 
 
 def _rows_by_trial(exp_dir: Path) -> dict[str, list[dict]]:
@@ -262,9 +268,9 @@ def _epochs_by_trial(exp_dir: Path) -> dict[str, list[int]]:
     return {name: [r["epoch"] for r in rows] for name, rows in _rows_by_trial(exp_dir).items()}
 
 
-def _start_run(spec: Path, ray_address: str) -> subprocess.Popen:
+def _start_run(spec: Path, ray_address: str, env: dict[str, str]) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "tuner", "run", str(spec), "--address", ray_address],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, **env})
 
 
 def _wait_until(proc: subprocess.Popen, ready, wait_s: float = 300, show=lambda: ""):
@@ -292,15 +298,15 @@ def _interrupt(proc: subprocess.Popen) -> tuple[str, float]:
 
 
 def _held_at(exp_dir: Path, epoch: int):
-    """A trial that reported `epoch` - 1 epochs and now waits (fault_dir hold) before `epoch`."""
+    """A trial that reported `epoch` - 1 epochs and now waits (faults/hold) before `epoch`."""
     return lambda: any(e == list(range(1, epoch)) for e in _epochs_by_trial(exp_dir).values())
 
 
 @pytest.mark.timeout(600)
 def test_resume_after_interrupt_finishes_every_trial_without_restarting(ray_address, tmp_path):
-    spec, faults = _fault_spec(tmp_path, "resumable", seed=1, samples=3, epochs=4, hold_epoch=3)
+    spec, faults, env = _fault_spec(tmp_path, "resumable", seed=1, samples=3, epochs=4, hold_epoch=3)
     exp_dir = tmp_path / "runs" / "resumable"
-    proc = _start_run(spec, ray_address)
+    proc = _start_run(spec, ray_address, env)
     try:
         _wait_until(proc, _held_at(exp_dir, 3))  # the first trial has two epochs and checkpoints
         out, took = _interrupt(proc)
@@ -329,7 +335,7 @@ def test_resume_after_interrupt_finishes_every_trial_without_restarting(ray_addr
 
 
 def test_run_refuses_a_trial_the_cluster_cannot_hold(ray_address, tmp_path):
-    spec = Path(__file__).resolve().parents[1] / "search_spaces" / "quickstart.yaml"
+    spec = Path(__file__).resolve().parents[2] / "search_spaces" / "quickstart.yaml"
     r = _cli("run", str(spec), "--address", ray_address, "--set", "resources.gpus_per_worker=1",
              "--set", f"storage_path={tmp_path / 'runs'}", timeout=120)
     assert r.returncode == 2 and "needs 1 GPU" in r.stderr and "Traceback" not in r.stderr, r.stderr
@@ -368,9 +374,9 @@ def _assert_keeps_the_best_two_and_the_latest(rows: list[dict], kept: set[int]) 
 def test_a_killed_rank_and_a_ctrl_c_both_resume_the_ddp_trial_from_its_last_checkpoint(ray_address, tmp_path):
     # One DDP experiment (its ranks started by the trial: resources.ddp auto on one node) for
     # two faults: rank 1 killed before epoch 3, then Ctrl-C before epoch 4 and `resume`.
-    spec, faults = _fault_spec(tmp_path, "ddp-resumable", seed=1, samples=1, epochs=5, workers=2, hold_epoch=3)
+    spec, faults, env = _fault_spec(tmp_path, "ddp-resumable", seed=1, samples=1, epochs=5, workers=2, hold_epoch=3)
     exp_dir = tmp_path / "runs" / "ddp-resumable"
-    proc = _start_run(spec, ray_address)
+    proc = _start_run(spec, ray_address, env)
     try:
         _wait_until(proc, _held_at(exp_dir, 3))
         saved = _wait_until(proc, lambda: _ddp_checkpoints(exp_dir).get(2))
@@ -411,7 +417,7 @@ seed: 2
 budget: {{num_samples: 5, max_epochs: 2, grace_epochs: 2, max_concurrent_trials: 1}}
 resources: {{workers: 2, cpus_per_worker: 1}}
 train: {{dataset: digits, cache_dir: {cache}, model: convnet, width: 0.5, micro_batch_size: 32, flip: false,
-         crop_padding: 1, inject_fault: nan_loss, max_nonfinite_steps: 2}}
+         crop_padding: 1, max_nonfinite_steps: 2}}
 search:
   lr: {{type: loguniform, low: 1.0e-2, high: 0.1}}
 """
@@ -421,7 +427,7 @@ search:
 def test_five_diverging_ddp_trials_end_diverged_without_a_rank_aborting_and_export_refuses(ray_address, tmp_path):
     spec = tmp_path / "diverge.yaml"
     spec.write_text(ALL_DIVERGE_DDP.format(storage=tmp_path / "runs", cache=tmp_path / "cache"))
-    r = _cli("run", str(spec), "--address", ray_address, timeout=540)
+    r = _cli("run", str(spec), "--address", ray_address, timeout=540, env=fault_plugin.env(inject="nan_loss"))
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     exp_dir = tmp_path / "runs" / "all-diverge"
     from tuner.experiment import load_saved
@@ -440,9 +446,9 @@ def test_five_diverging_ddp_trials_end_diverged_without_a_rank_aborting_and_expo
 
 @pytest.mark.timeout(600)
 def test_a_killed_trial_actor_is_retried_from_its_checkpoint(ray_address, tmp_path):
-    spec, faults = _fault_spec(tmp_path, "killable", seed=3, samples=1, epochs=4, hold_epoch=3)
+    spec, faults, env = _fault_spec(tmp_path, "killable", seed=3, samples=1, epochs=4, hold_epoch=3)
     exp_dir = tmp_path / "runs" / "killable"
-    proc = _start_run(spec, ray_address)
+    proc = _start_run(spec, ray_address, env)
     try:
         _wait_until(proc, _held_at(exp_dir, 3))
         (rows,) = _rows_by_trial(exp_dir).values()
@@ -471,10 +477,10 @@ def test_a_killed_run_leaves_no_ray_behind_after_resume_and_loses_no_trial(ray_a
     import ray
 
     from tuner.local_ray import RECORD
-    spec, faults = _fault_spec(tmp_path, "killed-run", seed=4, samples=2, epochs=3, width=0.5, micro_batch=32,
-                               hold_epoch=2)
+    spec, faults, plugin = _fault_spec(tmp_path, "killed-run", seed=4, samples=2, epochs=3, width=0.5, micro_batch=32,
+                                       hold_epoch=2)
     exp_dir = tmp_path / "runs" / "killed-run"
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env = {**{k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}, **plugin}
     # No --address: the run starts (and records) its own local Ray beside the suite's.
     proc = subprocess.Popen([sys.executable, "-m", "tuner", "run", str(spec)], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -521,24 +527,24 @@ def test_a_killed_run_leaves_no_ray_behind_after_resume_and_loses_no_trial(ray_a
         [t.state for t in study.trials]
 
 
-@pytest.mark.timeout(60)  # a rank left waiting in a collective would hang past this
+@pytest.mark.timeout(90)  # a rank left waiting in a collective would hang past this
 # Two one-worker trials (the search goes on after the first) and one DDP trial (~20 s to start
-# its worker group here): well inside the 60 s bound.
+# its worker group here), through `tuner run` (~8 s to start): well inside the 90 s bound.
 @pytest.mark.parametrize("workers, fault, samples", [(1, "oom", 2), (2, "oom_rank1", 1)])
 def test_out_of_memory_records_the_config_as_infeasible_and_the_search_goes_on(ray_address, tmp_path, workers,
                                                                                fault, samples):
-    from tuner.run import run_experiment
-    spec, _ = _fault_spec(tmp_path, f"oom-{workers}", seed=5, samples=samples, epochs=2, workers=workers, width=0.5,
-                          micro_batch=32, fault=fault)
+    spec, _, env = _fault_spec(tmp_path, f"oom-{workers}", seed=5, samples=samples, epochs=2, workers=workers,
+                               width=0.5, micro_batch=32, fault=fault)
     exp = parse(spec.read_text())
-    run_experiment(exp, echo=lambda s: None)  # in this process: the 60 s bound is for the trials
+    r = _cli("run", str(spec), "--address", ray_address, timeout=85, env=env)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     # Every trial ran (a failure did not end the search), each ended after one report.
     assert list(map(len, _epochs_by_trial(exp.exp_dir).values())) == [1] * samples, _epochs_by_trial(exp.exp_dir)
     from tuner.results import trials
     rows = trials(exp)  # what `status` lists, reason included
     assert [(t.state, t.status) for t in rows] == [("TERMINATED", "infeasible")] * samples, rows
     # Rank 0 reports for a DDP trial: it learned of rank 1's failure through the step's agreement.
-    reason = f"out of memory (inject_fault={fault})" if workers == 1 else "1 other rank(s) ran out of memory"
+    reason = f"out of memory (inject={fault})" if workers == 1 else "1 other rank(s) ran out of memory"
     assert all(reason in t.metrics["reason"] for t in rows), [t.metrics["reason"] for t in rows]
     from optuna.trial import TrialState
     assert [t.state for t in _study(exp).trials] == [TrialState.FAIL] * samples
@@ -624,7 +630,7 @@ storage_path: {tmp}/runs
 seed: 1
 budget: {{num_samples: 3, max_epochs: 3, grace_epochs: 3, max_concurrent_trials: 1}}
 train: {{dataset: digits, cache_dir: {tmp}/cache, width: 0.25, flip: false, crop_padding: 1, max_steps_per_epoch: 4,
-         fault_dir: {tmp}/faults}}
+         }}
 search:
   optimizer:
     type: choice
@@ -644,7 +650,8 @@ def test_a_conditional_study_resumes_and_status_and_export_show_the_branch(ray_a
     spec.write_text(CONDITIONAL_RUN.format(tmp=tmp_path))
     exp_dir = tmp_path / "runs" / "condrun"
     interrupt_when([sys.executable, "-m", "tuner", "run", str(spec), "--address", ray_address],
-                   lambda: any(f.read_text().strip() for f in exp_dir.glob("*/result.json")))
+                   lambda: any(f.read_text().strip() for f in exp_dir.glob("*/result.json")),
+                   env={**os.environ, **fault_plugin.env(dir=tmp_path / "faults")})
     (tmp_path / "faults" / "hold").unlink()
     r = _cli("resume", str(exp_dir), "--address", ray_address, timeout=400)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
