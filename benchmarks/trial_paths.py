@@ -8,9 +8,10 @@ included), into a temporary folder, each at most RUN_LIMIT_S:
                sharing one reservation (Tune reuses their actors)
   workers      the quickstart with the torch loader's num_workers searched over 0 and 1
                (reservations differ, so Tune starts new actors)
-  ddp          the quickstart as 2-rank DDP trials (6 trials of at most 6 epochs, one at a
-               time), side by side, alternating: ranks started by the trial (resources.ddp
-               local) against Ray Train's TorchTrainer (resources.ddp train)
+  ddp          the quickstart as 2-rank DDP trials (6 trials of 6 epochs, one at a time, none
+               stopped early: with ASHA stopping TorchTrainer trials a later trial's workers
+               never reported, see BENCHMARKS.md), side by side, alternating: ranks started
+               by the trial (resources.ddp local) against Ray Train's TorchTrainer (train)
 The rule the ddp row feeds: local ranks stay only if they save 10 % or more against
 TorchTrainer.  (The fork server that once forked trials' processes was measured with this
 script at revision afe16ce, its rows side by side with TUNER_FORK_SERVER=off, and removed:
@@ -32,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SPEC = ROOT / "search_spaces" / "quickstart.yaml"
 WORKERS = ["--set", "search.num_workers={type: choice, values: [0, 1]}", "--set", "train.loader=torch"]
 DDP = ["--set", "resources.workers=2", "--set", "budget.num_samples=6", "--set", "budget.max_epochs=6",
-       "--set", "budget.max_concurrent_trials=1"]
+       "--set", "budget.grace_epochs=6", "--set", "budget.max_concurrent_trials=1"]
 ROWS = {
     "quickstart": (("in-process", [], {}),),
     "workers": (("in-process, reservations differ", WORKERS, {}),),

@@ -188,7 +188,7 @@ def test_exported_config_trains_again(small_run, tmp_path):
 @pytest.mark.timeout(600)
 def test_two_worker_ddp_trial_through_torchtrainer(ray_address, tmp_path, monkeypatch):
     import torchvision.datasets.cifar as tvc
-    from test_data import write_cifar
+    from cifar_files import write_cifar
 
     from trainables.config import DataConfig
     from trainables.data import sources as D
