@@ -19,8 +19,8 @@ unset TRITON_INTERPRET   # compile the kernels for real
   $PY -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
   echo "== kernel and step tests, compiled (augment within 1 ulp in fp32); the step under"
   echo "   torch.cuda.set_sync_debug_mode('warn') (at most one sync per sync_every steps); NVML figures"
-  timeout 90 $PY -m pytest -q -s -p no:cacheprovider tests/test_kernels.py tests/test_step.py tests/test_gpu.py \
-    tests/test_gpu_monitor.py 2>&1 | grep -E "gpu_util|passed|failed|error" | tail -8
+  timeout 90 $PY -m pytest -q -s -p no:cacheprovider tests/trainables/test_kernels.py tests/trainables/test_step.py tests/trainables/test_gpu.py \
+    tests/trainables/test_gpu_monitor.py 2>&1 | grep -E "gpu_util|passed|failed|error" | tail -8
   echo "== kernel benchmark"
   timeout 60 $PY benchmarks/kernels.py --json "$OUT/kernels.json"
   echo "== ResNet-18 training throughput"

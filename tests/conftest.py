@@ -34,7 +34,7 @@ def ray_address(tmp_path_factory):
     driver plus one CPU per worker), shut down at the end."""
     import ray
     os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.2")
-    # The S3 test's server (moto, started by tests/test_cloud_storage.py) takes any keys; trial
+    # The S3 test's server (moto, started by tests/integration/test_storage.py) takes any keys; trial
     # workers inherit these from this process.  Never a real account's, never the EC2 metadata.
     os.environ.update(S3_TEST_ENV)
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")

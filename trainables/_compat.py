@@ -1,9 +1,9 @@
 """Every reach into torch's internals on the training side, in one place.
 
 Each hook names what it touches and the version it was checked against;
-tests/test_compat.py runs each against the installed torch, so an upgrade that breaks one
+tests/tuner/test_compat.py runs each against the installed torch, so an upgrade that breaks one
 fails by the hook's name.  Nothing else in trainables/ uses a private or undocumented member
-of a library (tests/test_internals.py enforces it).  This module imports only torch: it runs
+of a library (tests/tuner/test_internals.py enforces it).  This module imports only torch: it runs
 on the GPU machine's own torch too.
 
 Checked against: torch 2.14.1 (and 2.11 on the GPU machine).

@@ -1,5 +1,5 @@
 """Every environment variable the project reads, in one typed place (docs/settings.md is its
-table; tests/test_settings.py keeps the two in step).
+table; tests/trainables/test_settings.py keeps the two in step).
 
 `read()` takes the environment when it is called, never at import, and nothing here changes
 `os.environ`.  What the driver hands its trials goes in the trial's config or in Ray's

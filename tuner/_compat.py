@@ -1,9 +1,9 @@
 """Every reach into Ray's and Optuna's internals on the service side, in one place.
 
-Each hook names what it touches and the version it was checked against; tests/test_compat.py
+Each hook names what it touches and the version it was checked against; tests/tuner/test_compat.py
 runs each against the installed versions, so an upgrade that breaks one fails by the hook's
 name.  Nothing else in tuner/, tests/ or benchmarks/ uses a private member of a library
-(tests/test_internals.py enforces it).
+(tests/tuner/test_internals.py enforces it).
 
 Checked against: ray 2.60.0, optuna 5.x.
 """

@@ -620,7 +620,7 @@ search:
     assert all(f"CPU {1 + t['params']['num_workers']}" in text for t in rows), text
 
 
-# A conditional search space (tests/test_conditional.py has the rest) through `run`, Ctrl-C and
+# A conditional search space (tests/tuner/test_conditional.py has the rest) through `run`, Ctrl-C and
 # `resume`.  It runs here, after the multi-node module: run before it, a later in-process run of
 # the suite lost its GCS connection after that module's node removals (not understood yet).
 
