@@ -65,7 +65,8 @@ def tuples(train: dict) -> dict:
     return {k: tuple(v) if k in tuple_fields and isinstance(v, list) else v for k, v in train.items()}
 
 
-def _finite(v: Any) -> bool:
+def _not_nan_or_inf(v: Any) -> bool:
+    """Anything but a NaN or infinite float (choice values may be text)."""
     return not isinstance(v, float) or math.isfinite(v)
 
 
@@ -100,7 +101,7 @@ def _entry_problems(key: str, e: SearchEntry, at: str, raw_train: dict) -> list[
     if e.type == "choice":
         if not e.values:
             p.append(f"{at}.values: an empty choice; list at least one value")
-        elif not all(_finite(v) for v in e.values):
+        elif not all(_not_nan_or_inf(v) for v in e.values):
             p.append(f"{at}.values: {e.values!r} holds a non-finite number; use finite values")
         if e.low is not None or e.high is not None:
             p.append(f"{at}: a choice takes values:, not low/high")
@@ -115,14 +116,14 @@ def _entry_problems(key: str, e: SearchEntry, at: str, raw_train: dict) -> list[
     if e.low is None or e.high is None:
         p.append(f"{at}: {e.type} needs both low and high")
         return p
-    if not (_finite(e.low) and _finite(e.high)):
+    if not (_not_nan_or_inf(e.low) and _not_nan_or_inf(e.high)):
         p.append(f"{at}: low={e.low!r}, high={e.high!r} must be finite numbers")
         return p
     if e.type == "loguniform" and e.low <= 0:
         p.append(f"{at}.low: {e.low!r} must be > 0 for a log scale; use a small positive number such as 1.0e-6")
     if e.low >= e.high:
         p.append(f"{at}: low < high must hold, but got (low={e.low}, high={e.high}); swap or widen them")
-    if e.q is not None and (not _finite(e.q) or e.q <= 0):
+    if e.q is not None and (not _not_nan_or_inf(e.q) or e.q <= 0):
         p.append(f"{at}.q: {e.q!r} must be a positive step")
     return p
 

@@ -194,3 +194,11 @@ def test_a_node_that_leaves_during_the_node_check_is_skipped_and_one_still_liste
     monkeypatch.setattr(ray, "nodes", lambda: real + [ghost])
     with pytest.raises(PreflightError, match=r"node 10\.9\.9\.9 \(abababababab\): the check could not run there"):
         check.check_nodes(timeout_s=60)
+
+
+def test_the_nodes_version_check_reads_package_metadata_without_importing_torch():
+    code = ("import sys; from trainables.runtime.preflight import versions; v = versions(); "
+            "print(sorted(v), 'torch' in sys.modules)")
+    r = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=60,
+                       cwd=Path(__file__).resolve().parents[2])
+    assert r.stdout.strip() == "['python', 'ray', 'torch'] False", r.stdout + r.stderr

@@ -92,13 +92,12 @@ MARKER = ".tuner-preflight"   # in the experiment folder: the run's token; every
 
 
 def versions() -> dict[str, str]:
-    """What must match across nodes: Python, Ray and torch (Ray's from its package metadata:
-    the training side does not import Ray here)."""
+    """What must match across nodes: Python, Ray and torch, from package metadata (a trial
+    checks its node before it trains: importing torch here would cost every trial's process
+    the import before its own)."""
     import platform
     from importlib.metadata import version
-
-    import torch
-    return {"python": platform.python_version(), "ray": version("ray"), "torch": torch.__version__}
+    return {"python": platform.python_version(), "ray": version("ray"), "torch": version("torch")}
 
 
 def node_problems(marker: str, token: str, expected: dict[str, str], gpus: float = 0) -> list[str]:
