@@ -68,7 +68,7 @@ BENCH_ENV = {
 import numpy as np
 import optuna
 import ray
-import ray.tune.search.optuna  # noqa: F401 - tune.search.optuna below: its OptunaSearch, the peer
+import ray.tune.search.optuna  # tune.search.optuna.OptunaSearch below: the peer searcher
 from levers import TopFraction, variant_searcher
 from ray import tune
 from scipy import stats
