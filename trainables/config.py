@@ -156,6 +156,8 @@ class TrainConfig(DataConfig, ModelConfig, OptimConfig, StepConfig, PruneConfig,
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> TrainConfig:
+        from trainables import _compat
+        values = _compat.without_retired(values)   # a checkpoint or trial config from version 0.1.0
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
