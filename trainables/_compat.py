@@ -28,12 +28,3 @@ def skip_step_if(optimizer: torch.optim.Optimizer, bad: torch.Tensor):
     finally:
         optimizer.found_inf = None
 
-
-# Training settings version 0.1.0 had and wrote into checkpoints and trial configs: test seams
-# that became tests/fault_plugin.py.  A config read back from such a folder drops them.
-RETIRED_SETTINGS = ("fault_dir", "inject_fault")
-
-
-def without_retired(values: dict) -> dict:
-    """A training config dict as written by an earlier version, its retired settings left out."""
-    return {k: v for k, v in values.items() if k not in RETIRED_SETTINGS}

@@ -342,3 +342,10 @@ def test_train_of_a_ddp_config_runs_its_ranks_without_ray(tmp_path):
     assert [ln.split()[1] for ln in r.stdout.splitlines() if ln.startswith("epoch ")] == ["1/2", "2/2"], r.stdout
     assert sorted(p.name for p in (tmp_path / "out").glob("checkpoint_*")) == ["checkpoint_000001", "checkpoint_000002"]
     assert "ray" not in r.stderr.lower(), r.stderr[-2000:]
+
+
+def test_validating_an_experiment_does_not_import_torch():
+    code = ("import sys; from tuner.config import load; load('search_spaces/quickstart.yaml'); "
+            "print('torch' in sys.modules)")
+    r = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert r.stdout.strip() == "False", r.stdout + r.stderr

@@ -23,6 +23,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from trainables import _compat
 from trainables.config import ConfigError
 
 DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -211,7 +212,6 @@ class TrainStep:
             self.scaler.step(self.optimizer)
             self.scaler.update()
             return
-        from trainables import _compat
         with _compat.skip_step_if(self.optimizer, bad):
             self.optimizer.step()
 
