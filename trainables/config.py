@@ -2,7 +2,9 @@
 
 The service's experiment schema (tuner/config.py) is built on these classes; the
 training side only needs them, so it also runs where neither pydantic nor Ray exist.
-Every knob lives here with its unit.  Batch sizes are per worker.
+Every knob lives here with its unit, and each numeric one with its range beside it: an upper
+bound included that no real run needs to pass, so a typo (epochs: 1e9) is refused before a
+run starts, not hours into it.  Batch sizes are per worker.
 """
 from __future__ import annotations
 
@@ -68,15 +70,15 @@ class DataConfig:
     cache_dir: str = ".cache/tuner"  # HDF5 caches, shared by all trials on a host
     stage_shm: bool = False          # copy the cache to /dev/shm when it fits
     val_fraction: float = bounded(0.1, gt=0, lt=1)        # share of the training set held out, seeded
-    train_subset: int = bounded(0, ge=0)            # keep the first N training samples; 0 = all
-    synthetic_size: int = bounded(2048, ge=1)       # synthetic: number of training images
-    synthetic_shape: tuple = (3, 32, 32)  # synthetic: C, H, W
-    synthetic_classes: int = bounded(10, ge=2)      # synthetic: number of classes
+    train_subset: int = bounded(0, ge=0, le=100_000_000)  # keep the first N training samples; 0 = all
+    synthetic_size: int = bounded(2048, ge=1, le=10_000_000)  # synthetic: number of training images
+    synthetic_shape: tuple = (3, 32, 32)  # synthetic: C (1-16), H, W (8-1024 pixels)
+    synthetic_classes: int = bounded(10, ge=2, le=100_000)  # synthetic: number of classes
     loader: str = "device"           # device (resident data, batched augment) | torch (DataLoader)
     num_workers: int = bounded(0, ge=0, le=64)             # torch loader: worker processes
     pin_memory: bool = False         # torch loader: page-locked host batches
     persistent_workers: bool = False # torch loader: keep workers between epochs
-    prefetch_factor: int = bounded(2, ge=1)         # torch loader: batches prefetched per worker
+    prefetch_factor: int = bounded(2, ge=1, le=64)  # torch loader: batches prefetched per worker
     drop_last: bool = False          # drop the last short training batch
     precomputed_augment: int = bounded(0, ge=0, le=32)     # torch loader: N augmented copies stored in the cache
     augment: bool = True             # random crop + horizontal flip on training batches
@@ -102,29 +104,29 @@ class OptimConfig:
     momentum: float = bounded(0.9, ge=0, lt=1)            # sgd momentum
     weight_decay: float = bounded(5e-4, ge=0, le=1)       # L2 (sgd) or decoupled (adamw)
     scheduler: str = "cosine"        # none | cosine | onecycle | plateau
-    warmup_epochs: float = bounded(0.0, ge=0)       # linear warmup, in epochs (cosine / none)
+    warmup_epochs: float = bounded(0.0, ge=0, le=10_000)  # linear warmup, in epochs (cosine / none)
     label_smoothing: float = bounded(0.0, ge=0, le=0.3)     # epsilon of label-smoothed cross-entropy
 
 
 @dataclass
 class StepConfig:
-    epochs: int = bounded(10, ge=1)                 # full passes over the training split
-    micro_batch_size: int = bounded(64, ge=1)       # samples per forward pass, per worker
-    accumulation_steps: int = bounded(1, ge=1)      # micro-batches per optimizer step
+    epochs: int = bounded(10, ge=1, le=10_000)     # full passes over the training split
+    micro_batch_size: int = bounded(64, ge=1, le=65_536)  # samples per forward pass, per worker
+    accumulation_steps: int = bounded(1, ge=1, le=4_096)  # micro-batches per optimizer step
     precision: str = "fp32"          # fp32 | bf16 | fp16 (fp16 needs CUDA)
-    grad_clip: float = bounded(0.0, ge=0)           # max global grad norm; 0 = no clipping
-    max_nonfinite_steps: int = bounded(5, ge=1)     # consecutive non-finite losses before giving up
-    sync_every: int = bounded(16, ge=1)             # steps between host reads of the device (counted there)
+    grad_clip: float = bounded(0.0, ge=0, le=1e6)  # max global grad norm; 0 = no clipping
+    max_nonfinite_steps: int = bounded(5, ge=1, le=1_000_000)  # consecutive non-finite losses before giving up
+    sync_every: int = bounded(16, ge=1, le=1_000_000)  # steps between host reads of the device (counted there)
     kernels: str = "auto"            # auto (Triton on CUDA) | triton | torch
-    max_steps_per_epoch: int = bounded(0, ge=0)     # cap optimizer steps per epoch; 0 = no cap
+    max_steps_per_epoch: int = bounded(0, ge=0, le=100_000_000)  # cap optimizer steps per epoch; 0 = no cap
 
 
 @dataclass
 class PruneConfig:
     prune_amount: float = bounded(0.0, ge=0, le=0.95)        # final sparsity of conv/linear weights
     prune_scope: str = "global"      # global | layer (L1 unstructured)
-    prune_start_epoch: int = bounded(1, ge=1)       # first epoch after which weights are pruned
-    prune_end_epoch: int = bounded(0, ge=0)         # last pruning epoch (spread linearly); 0 = start only
+    prune_start_epoch: int = bounded(1, ge=1, le=10_000)  # first epoch after which weights are pruned
+    prune_end_epoch: int = bounded(0, ge=0, le=10_000)  # last pruning epoch (spread linearly); 0 = start only
 
 
 # Settings version 0.1.0 had and wrote into checkpoints and trial configs (test seams that
@@ -134,10 +136,10 @@ RETIRED_SETTINGS = ("fault_dir", "inject_fault")
 
 @dataclass
 class RunConfig:
-    seed: int = bounded(0, ge=0)                    # seeds weights, splits, shuffles and augmentation
+    seed: int = bounded(0, ge=0, lt=2**32)          # seeds weights, splits, shuffles and augmentation
     device: str = "auto"             # auto | cpu | cuda
-    workers: int = bounded(1, ge=1)                 # data-parallel workers per trial
-    checkpoint_every: int = bounded(1, ge=1)        # epochs between checkpoints
+    workers: int = bounded(1, ge=1, le=1_024)      # data-parallel workers per trial
+    checkpoint_every: int = bounded(1, ge=1, le=10_000)  # epochs between checkpoints
     profile: bool = False            # torch.profiler over 5 steps (1 wait, 1 warmup, 3 active) of one trial
     profile_dir: str = ""            # where the trace and its table go (the service: <experiment>/profiles)
     tb_histograms: bool = False      # TensorBoard histograms of every parameter, each epoch (rank 0)
@@ -218,6 +220,12 @@ def problems_of(cfg: TrainConfig, has_gpu: bool) -> list[str]:
         value = getattr(cfg, f.name)
         if limits and isinstance(value, (int, float)) and not isinstance(value, bool) and breaks(value, limits):
             p.append(f"{f.name}={value!r} must be {range_text(limits)}")
+    shape = cfg.synthetic_shape
+    if not (isinstance(shape, (tuple, list)) and len(shape) == 3
+            and all(isinstance(n, int) and not isinstance(n, bool) for n in shape)
+            and 1 <= shape[0] <= 16 and all(8 <= n <= 1024 for n in shape[1:])):
+        p.append(f"synthetic_shape={shape!r} must be three whole numbers [channels, height, width]: "
+                 "channels 1-16, height and width 8-1024 pixels, e.g. [3, 32, 32]")
     if cfg.warmup_epochs and cfg.warmup_epochs >= cfg.epochs:
         p.append(f"warmup_epochs={cfg.warmup_epochs!r} must be < epochs={cfg.epochs}")
     if cfg.prune_end_epoch > cfg.epochs:

@@ -54,6 +54,8 @@ def schema_problems(err: ValidationError) -> list[str]:
         elif loc[:1] == ("train",) and len(loc) == 2 and loc[1] in TRAIN_BOUNDS and e["type"] in RANGE_ERRORS:
             out.append(f"{path}: {e['input']!r} is out of range: {e['msg'].lower()}; "
                        f"it must be {range_text(TRAIN_BOUNDS[loc[1]])}")
+        elif e["type"] in RANGE_ERRORS:
+            out.append(f"{path}: {e['input']!r} is out of range: {e['msg'].lower()}; use a value in range")
         else:
             out.append(f"{path}: {e['input']!r} is not valid: {e['msg']}")
     return out
@@ -155,6 +157,34 @@ def _rules(cfg: TrainConfig, has_gpu: bool) -> list[str]:
     return rules
 
 
+def _ends(values: list[Any]) -> list[Any]:
+    """A setting's extreme values: the smallest and largest of numbers, every option otherwise."""
+    if values and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+        return list(dict.fromkeys([min(values), max(values)]))
+    return list(values)
+
+
+def _combinations(grids: list[list[Any]]):
+    """Every combination while there are at most MAX_COMBINATIONS; beyond, each value on its own
+    (the others at their first), every pair of two settings' extremes, and the all-smallest and
+    all-largest corners: the rules relate at most a few settings, monotonically in each."""
+    if math.prod(len(g) for g in grids) <= MAX_COMBINATIONS:
+        yield from itertools.product(*grids)
+        return
+    first = [g[0] for g in grids]
+    for i, g in enumerate(grids):
+        for v in g:
+            yield tuple(first[:i] + [v] + first[i + 1:])
+    ends = [_ends(g) for g in grids]
+    for i, j in itertools.combinations(range(len(grids)), 2):
+        for a, b in itertools.product(ends[i], ends[j]):
+            combo = list(first)
+            combo[i], combo[j] = a, b
+            yield tuple(combo)
+    yield tuple(e[0] for e in ends)
+    yield tuple(e[-1] for e in ends)
+
+
 def combination_problems(exp: Experiment, skip: frozenset[str] | set[str] = frozenset()) -> list[str]:
     """Apply the training rules to every combination of searched values (choices and
     range ends) in every branch, so a trial that would break one is caught before anything
@@ -170,9 +200,7 @@ def combination_problems(exp: Experiment, skip: frozenset[str] | set[str] = froz
     for flat, _ in scenarios(exp.search):
         keys = [k for k in flat if k in TRAIN_FIELDS and k not in skip]
         grids = [candidates(flat[k]) for k in keys]
-        combos = itertools.product(*grids) if math.prod(len(g) for g in grids) <= MAX_COMBINATIONS else \
-            (tuple(g[0] for g in grids),)
-        for combo in combos:
+        for combo in _combinations(grids):
             values = dict(zip(keys, combo))
             where = ", ".join(f"{k}={v!r}" for k, v in values.items())
             try:
@@ -202,6 +230,10 @@ def experiment_problems(exp: Experiment) -> list[str]:
     if exp.resources.workers > 1 and 0 < exp.resources.gpus_per_worker < 1:
         p.append(f"resources.gpus_per_worker: {exp.resources.gpus_per_worker} — a fraction of a GPU only works for "
                  "1-worker trials; use whole GPUs with DDP workers")
+    g = exp.resources.gpus_per_worker
+    if g >= 1 and g != int(g):
+        p.append(f"resources.gpus_per_worker: {g} — use a whole number of GPUs, or a fraction below 1 to share "
+                 f"one GPU among 1-worker trials (e.g. {int(g)} or 0.5)")
     if exp.resources.ddp == "local" and exp.resources.placement_strategy in ("SPREAD", "STRICT_SPREAD"):
         p.append(f"resources.ddp: 'local' starts every rank on the trial's node, but resources.placement_strategy "
                  f"is {exp.resources.placement_strategy}; use ddp: train to spread the ranks, or PACK")

@@ -66,12 +66,12 @@ class Objective(BaseModel):
 
 class Budget(BaseModel):
     model_config = STRICT
-    num_samples: int = Field(8, ge=1)           # trials to run
-    max_epochs: int = Field(10, ge=1)           # ASHA max_t, and each trial's epochs
-    grace_epochs: int = Field(1, ge=1)          # ASHA grace period, in epochs
-    reduction_factor: float = Field(3.0, gt=1)  # ASHA eta
-    max_concurrent_trials: int = Field(0, ge=0) # 0 = as many as the cluster holds
-    time_limit_s: float | None = Field(None, gt=0)  # wall-clock limit of the whole search
+    num_samples: int = Field(8, ge=1, le=100_000)          # trials to run
+    max_epochs: int = Field(10, ge=1, le=10_000)           # ASHA max_t, and each trial's epochs
+    grace_epochs: int = Field(1, ge=1, le=10_000)          # ASHA grace period, in epochs
+    reduction_factor: float = Field(3.0, gt=1, le=100)     # ASHA eta
+    max_concurrent_trials: int = Field(0, ge=0, le=10_000) # 0 = as many as the cluster holds
+    time_limit_s: float | None = Field(None, gt=0, le=31_536_000)  # seconds, wall clock of the whole search (<= a year)
 
     @property
     def rungs(self) -> tuple[int, ...]:
@@ -92,12 +92,12 @@ def asha_rungs(max_epochs: int, grace_epochs: int, eta: float) -> tuple[int, ...
 
 class Resources(BaseModel):
     model_config = STRICT
-    workers: int = Field(1, ge=1)                 # DDP workers per trial (>= 2: Ray Train)
-    cpus_per_worker: float = Field(1.0, gt=0)
-    gpus_per_worker: float = Field(0.0, ge=0)     # fractions allowed for 1-worker trials
+    workers: int = Field(1, ge=1, le=1_024)       # DDP workers per trial (>= 2: Ray Train)
+    cpus_per_worker: float = Field(1.0, gt=0, le=1_024)   # logical CPUs
+    gpus_per_worker: float = Field(0.0, ge=0, le=64)      # whole GPUs, or a fraction below 1 for 1-worker trials
     accelerator: str | None = Field(None, pattern=r"^[A-Za-z0-9_-]+$")  # GPU type, e.g. A100 -> accelerator_type:A100
-    max_failures: int = Field(1, ge=0)            # times Tune retries a failed trial (from its checkpoint)
-    worker_failures: int = Field(1, ge=0)         # times a DDP trial's ranks are restarted together
+    max_failures: int = Field(1, ge=0, le=1_000)  # times Tune retries a failed trial (from its checkpoint)
+    worker_failures: int = Field(1, ge=0, le=1_000)  # times a DDP trial's ranks are restarted together
     # Where a DDP trial's workers go; PACK (fewest nodes) is right for training. STRICT_SPREAD
     # (one per node) is how the tests put ranks on different nodes.
     placement_strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = "PACK"
@@ -194,7 +194,7 @@ class Experiment(BaseModel):
     metric: str = "val_acc"
     mode: Literal["min", "max"] = "max"
     second_objective: Objective | None = None
-    seed: int = 0
+    seed: int = Field(0, ge=0, lt=2**32)   # numpy's and Optuna's seeds are 32-bit
     budget: Budget = Budget()
     resources: Resources = Resources()
     train: TrainSettings = TrainSettings()

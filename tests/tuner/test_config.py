@@ -197,6 +197,85 @@ def _outside(limits: dict, kind: type) -> list:
 def test_every_numeric_setting_declares_its_range():
     missing = [f.name for f in _numeric_fields() if not f.metadata.get("bounds")]
     assert not missing, f"numeric training settings without bounds(...): {missing}"
+    # An upper bound too: a typo (epochs: 1e9) is refused before a run starts.
+    unbounded = [f.name for f in _numeric_fields() if not {"le", "lt"} & set(f.metadata["bounds"])]
+    assert not unbounded, f"numeric training settings without an upper bound: {unbounded}"
+
+
+def _experiment_numbers():
+    """(YAML path, pydantic field) of every numeric field of the experiment outside train:."""
+    from tuner.schema import Budget, Experiment, Resources
+    out = []
+    for prefix, model in (("", Experiment), ("budget.", Budget), ("resources.", Resources)):
+        for name, f in model.model_fields.items():
+            if f.annotation in (int, float, int | None, float | None):
+                out.append((prefix + name, f))
+    return out
+
+
+def test_every_numeric_experiment_field_has_an_upper_bound_and_refuses_a_value_past_it():
+    import annotated_types
+    fields = _experiment_numbers()
+    assert {"seed", "budget.num_samples", "budget.max_epochs", "resources.workers", "resources.gpus_per_worker"} \
+        <= {path for path, _ in fields}
+    for path, f in fields:
+        upper = [m for m in f.metadata if isinstance(m, (annotated_types.Le, annotated_types.Lt))]
+        assert upper, f"{path} has no upper bound"
+        past = getattr(upper[0], "le", None)
+        past = past + 1 if past is not None else upper[0].lt
+        section, _, key = path.rpartition(".")
+        text = f"name: t\n{section}: {{{key}: {past!r}}}\n" if section else f"name: t\n{key}: {past!r}\n"
+        msg = one(text, path)
+        assert repr(past) in msg and "out of range" in msg, msg
+
+
+@pytest.mark.parametrize("seed", [-1, 2**32])
+def test_a_seed_outside_32_bits_is_refused_before_anything_starts(seed):
+    msg = one(f"name: t\nseed: {seed}\n", "seed")
+    assert str(seed) in msg and "out of range" in msg, msg
+    one(f"name: t\ntrain: {{seed: {seed}}}\n", "train.seed", str(seed))
+    assert parse(f"name: t\nseed: {2**32 - 1}\n").seed == 2**32 - 1
+
+
+def test_gpus_per_worker_is_whole_or_a_fraction_below_one():
+    msg = one("name: t\nresources: {gpus_per_worker: 1.5}\n", "resources.gpus_per_worker", "1.5")
+    assert "whole number" in msg, msg
+    assert parse("name: t\nresources: {gpus_per_worker: 0.5}\ntrain: {device: auto}\n").resources.gpus_per_worker == 0.5
+    assert parse("name: t\nresources: {gpus_per_worker: 2.0}\n").resources.gpus_per_worker == 2.0
+
+
+@pytest.mark.parametrize("shape", ["[3, 32]", "[3, 2, 2]", "[0, 32, 32]", "[3, 32, 2000]", "[3, 32.5, 32]"])
+def test_a_synthetic_shape_that_cannot_be_an_image_is_refused(shape):
+    msg = one(f"name: t\ntrain: {{dataset: synthetic, synthetic_shape: {shape}}}\n", "synthetic_shape")
+    assert "channels 1-16" in msg, msg
+
+
+def test_a_synthetic_shape_that_can_be_an_image_is_taken():
+    exp = parse("name: t\ntrain: {dataset: synthetic, synthetic_shape: [1, 16, 24]}\n")
+    assert tuple(exp.base_config()["synthetic_shape"]) == (1, 16, 24)
+
+
+# 13 two-value choices: 8,192 combinations, more than are checked one by one.
+WIDE = "".join(f"  {k}: {{type: choice, values: [{a}, {b}]}}\n" for k, a, b in (
+    ("dropout", 0.0, 0.1), ("momentum", 0.8, 0.9), ("weight_decay", 0.0, 1.0e-4), ("label_smoothing", 0.0, 0.1),
+    ("width", 0.5, 1.0), ("grad_clip", 0.0, 1.0), ("crop_padding", 0, 1), ("sync_every", 8, 16),
+    ("max_nonfinite_steps", 3, 5), ("checkpoint_every", 1, 2), ("prune_amount", 0.0, 0.1),
+    ("prune_start_epoch", 1, 2)))
+
+
+def test_beyond_4096_combinations_each_searched_value_is_still_checked_on_its_own():
+    # lr 50 breaks its range; it is no setting's first value.
+    text = f"name: t\nbudget: {{max_epochs: 2}}\nsearch:\n{WIDE}  lr: {{type: choice, values: [0.1, 50]}}\n"
+    one(text, "lr=50", "searched")
+
+
+def test_beyond_4096_combinations_the_extreme_pairs_are_checked():
+    # Neither 700 nor accumulation 2 breaks a rule alone; together the global batch (1,400) is
+    # more than the 1,293 training samples of digits.
+    text = (f"name: t\nbudget: {{max_epochs: 2}}\nsearch:\n{WIDE}"
+            "  micro_batch_size: {type: choice, values: [32, 700]}\n"
+            "  accumulation_steps: {type: choice, values: [1, 2]}\n")
+    one(text, "global batch 1400", "searched")
 
 
 @pytest.mark.parametrize("field", _numeric_fields(), ids=lambda f: f.name)
