@@ -23,12 +23,19 @@ class ClusterError(RuntimeError):
 
 
 def preflight(exp: Experiment) -> None:
-    """The folders the run writes are usable: checked before Ray starts or a folder is made."""
+    """The folders the run writes are usable, and CIFAR-10 files the driver holds are intact:
+    checked before Ray starts or a folder is made."""
     folders = {"storage_path": exp.storage_path if exp.remote else exp.exp_dir.parent,
                "train.cache_dir": exp.base_config()["cache_dir"]}
     if exp.remote:
         folders["the local copy of the experiment"] = exp.exp_dir.parent
     check_folders(folders)
+    cfg = exp.base_config()
+    if cfg["dataset"] == "cifar10":
+        from trainables.data.sources import cifar_problems
+        bad = cifar_problems(cfg["data_root"])
+        if bad:
+            raise PreflightError("preflight failed, nothing was started:\n" + "\n".join(f"  - {p}" for p in bad))
 
 
 class NodeCheck:

@@ -68,6 +68,29 @@ def test_cache_dir_blocked_by_a_file_is_refused_before_ray(tmp_path):
     assert not (tmp_path / "runs").exists()
 
 
+def test_a_corrupt_cifar_file_is_refused_by_the_driver_before_ray(tmp_path):
+    import hashlib
+
+    from cifar_files import write_cifar
+    from torchvision.datasets import CIFAR10
+    write_cifar(tmp_path / "data")   # the real format, but not the published bytes
+    folder = tmp_path / "data" / "cifar-10-batches-py"
+    (folder / "data_batch_3").unlink()    # missing: the trial's to report (the nodes may hold it)
+    before = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.iterdir()}
+    spec = tmp_path / "e.yaml"
+    spec.write_text(SPEC.format(storage=tmp_path / "runs", cache=tmp_path / "cache")
+                    .replace("dataset: digits", f"dataset: cifar10, data_root: {tmp_path / 'data'}"))
+    r = _cli("run", str(spec), "--address", NOWHERE)
+    assert r.returncode == 2 and "Traceback" not in r.stderr and "cannot connect" not in r.stderr, r.stderr
+    bad = [ln for ln in r.stderr.splitlines() if "published checksum" in ln]
+    named = {ln.split("cifar-10-batches-py/")[1].split()[0] for ln in bad}
+    assert named == set(before), r.stderr
+    md5 = dict(CIFAR10.train_list)["data_batch_1"]
+    assert any("data_batch_1 does not match" in ln and md5 in ln for ln in bad), r.stderr
+    assert not (tmp_path / "runs").exists()
+    assert before == {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.iterdir()}  # untouched
+
+
 def test_low_free_space_is_refused_before_ray_and_before_any_folder(tmp_path, monkeypatch):
     from trainables.runtime import preflight
     from tuner import run as run_mod
@@ -159,10 +182,10 @@ def test_the_gcs_grpc_port_refuses_calls_without_the_token(ray_address):
 
 
 def test_group_writable_state_is_trusted_only_for_the_users_private_group(tmp_path):
-    from tuner.experiment import _private_group, load_saved
+    from tuner.experiment import load_saved, private_group
     exp_dir = _fake_experiment(tmp_path)
     exp_dir.chmod(0o775)                      # what umask 002 gives
-    if _private_group(exp_dir.stat().st_gid):
+    if private_group(exp_dir.stat().st_gid):
         assert load_saved(exp_dir).name == "rel"
     else:
         with pytest.raises(ExperimentError, match="writable by group or others"):

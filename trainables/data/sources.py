@@ -92,6 +92,19 @@ def _cifar_key(cfg: DataConfig) -> tuple[str, Callable[[], dict[str, np.ndarray]
     return key, build
 
 
+def cifar_problems(data_root: str) -> list[str]:
+    """The CIFAR-10 files under data_root that differ from the published ones (torchvision's
+    checksum list): a corrupt copy is refused by the driver before any trial starts.  Missing
+    files are the trial's to report: on a cluster the nodes may hold the data, not the driver."""
+    from torchvision.datasets import CIFAR10
+    from torchvision.datasets.utils import check_integrity
+    folder = Path(data_root).expanduser() / CIFAR_DIR
+    published = [*CIFAR10.train_list, *CIFAR10.test_list, [CIFAR10.meta["filename"], CIFAR10.meta["md5"]]]
+    return [f"train.data_root: {folder / name} does not match CIFAR-10's published checksum (md5 {md5}): it is "
+            f"corrupt or not CIFAR-10's; delete it and copy it again, or set train.download: true"
+            for name, md5 in published if (folder / name).is_file() and not check_integrity(str(folder / name), md5)]
+
+
 def _cifar_download(root: str) -> None:
     from torchvision.datasets import CIFAR10
     try:
