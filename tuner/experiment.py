@@ -39,7 +39,10 @@ def pull(exp: Experiment, journal: bool = False) -> list[str]:
     """Bring a cloud experiment's state into its local copy (nothing to do for a folder)."""
     if not exp.remote:
         return []
-    return storage.download(exp.location, exp.exp_dir, lambda rel: _state_file(rel, journal))
+    try:
+        return storage.download(exp.location, exp.exp_dir, lambda rel: _state_file(rel, journal))
+    except storage.UnsafeKey as e:
+        raise ExperimentError(exp.location, [str(e)]) from None
 
 
 def local_checkpoint(exp: Experiment, path: str) -> str:
@@ -53,33 +56,44 @@ def local_checkpoint(exp: Experiment, path: str) -> str:
     at = path.rfind(root.rstrip("/") + "/")
     if at < 0:
         raise ExperimentError(exp.location, [f"checkpoint {path} is outside the experiment folder"])
-    rel = path[at + len(root.rstrip("/")) + 1:]
-    storage.download(storage.join(exp.location, *rel.split("/")), exp.exp_dir / rel)
-    return str(exp.exp_dir / rel)
+    rel = path[at + len(root.rstrip("/")) + 1:].rstrip("/")
+    try:
+        target = storage.inside(exp.exp_dir, rel, path)   # a reported path with '..' would leave the copy
+    except storage.UnsafeKey as e:
+        raise ExperimentError(exp.location, [str(e)]) from None
+    storage.download(storage.join(exp.location, *rel.split("/")), target)
+    return str(target)
 
 
-# Files of an experiment folder that resume/status/export unpickle or trust (Tune's and the
-# searcher's state), besides the folder itself.
-STATE_GLOBS = (EXPERIMENT_FILE, "experiment_state-*.json", "*.pkl", "*/params.pkl")
+def covered(exp_dir: Path) -> list[Path]:
+    """What the trust check judges: the folder and everything in it, each trial folder and file
+    at any depth (Tune's state, the searcher's, `search_gen_state-*.json` and
+    `basic-variant-state-*.json`, which are cloudpickles despite their names, trial params,
+    error.pkl, checkpoints).  Links are listed, never followed."""
+    out = [exp_dir]
+    for root, dirs, files in os.walk(exp_dir):   # os.walk does not descend into linked folders
+        out += [Path(root, n) for n in sorted(dirs) + sorted(files)]
+    return out
 
 
 def untrusted(exp_dir: Path) -> list[str]:
-    """State that someone else could have written: owned by another user, or writable by
-    group or others.  Such a folder is refused before anything in it is unpickled."""
+    """What in the folder someone else could have written: a link, or a file or folder owned by
+    another user or writable by group or others.  Such a folder is refused before anything in
+    it is read (resume/status/export/report read pickles there, and unpickling runs code)."""
     me = os.getuid()
     out = []
-    for p in [exp_dir, *(f for g in STATE_GLOBS for f in sorted(exp_dir.glob(g)))]:
+    for p in covered(exp_dir):
         st = p.lstat()
-        if p.is_symlink():
+        if stat.S_ISLNK(st.st_mode):
             out.append(f"{p} is a symbolic link")
         elif st.st_uid != me:
             out.append(f"{p} is owned by uid {st.st_uid}, not by you (uid {me})")
-        elif st.st_mode & 0o002 or (st.st_mode & 0o020 and not _private_group(st.st_gid)):
+        elif st.st_mode & 0o002 or (st.st_mode & 0o020 and not private_group(st.st_gid)):
             out.append(f"{p} is writable by group or others (mode {stat.filemode(st.st_mode)})")
     return out
 
 
-def _private_group(gid: int) -> bool:
+def private_group(gid: int) -> bool:
     """A group only this user is in (a user-private group, as umask 002 systems use)."""
     import grp
     import pwd
@@ -103,9 +117,10 @@ def load_saved(exp_dir: str | Path, journal: bool = False) -> Experiment:
                                              "(give the folder that `tuner run` printed)")])
     bad = untrusted(Path(exp_dir))
     if bad:
+        more = [f"refused: and {len(bad) - 5} more like these"] if len(bad) > 5 else []
         raise ExperimentError(str(exp_dir), [
             f"refused: {b}; the folder holds pickled state that runs code when read — "
-            "check who changed it, then `chmod -R go-w` it if it is yours" for b in bad])
+            "check who changed it, then `chmod -R go-w` it if it is yours" for b in bad[:5]] + more)
     from .config import parse
     exp = parse(path.read_text(), str(path))
     # The folder may have moved since the run: trust where it is now.

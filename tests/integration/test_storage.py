@@ -202,3 +202,52 @@ train: {{dataset: digits, cache_dir: {tmp_path / 'cache'}, width: 0.25, flip: fa
     e = _cli(["export", location, "--out", str(tmp_path / "best")], tmp_path, tmp_path / "cache-export")
     assert e.returncode == 0, e.stdout + e.stderr
     assert (tmp_path / "best" / "checkpoint.pt").stat().st_size > 0
+
+
+def _put(endpoint: str, key: str, body: bytes) -> None:
+    """An object under any key, '..' included (S3 takes any string; pyarrow lists it as it is)."""
+    import boto3
+    boto3.client("s3", endpoint_url=f"http://{endpoint}", region_name="us-east-1",
+                 aws_access_key_id=S3_TEST_ENV["AWS_ACCESS_KEY_ID"],
+                 aws_secret_access_key=S3_TEST_ENV["AWS_SECRET_ACCESS_KEY"]).put_object(Bucket=BUCKET, Key=key, Body=body)
+
+
+@pytest.mark.parametrize("key", ["../../outside/planted.txt", "a/../../../outside/planted.txt", "a//planted.txt"])
+def test_an_object_key_that_would_leave_the_local_copy_is_refused(s3_endpoint, tmp_path, key):
+    _make_bucket(s3_endpoint)
+    name = f"escape-{abs(hash(key)) % 10_000}"
+    _put(s3_endpoint, f"runs/{name}/tuner-experiment.yaml", f"name: {name}\n".encode())
+    _put(s3_endpoint, f"runs/{name}/{key}", b"planted")
+    cache = tmp_path / "tc"
+    r = _cli(["status", _uri(s3_endpoint, f"runs/{name}")], tmp_path, cache, timeout=120)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert "refused to copy" in r.stderr and "outside that folder" in r.stderr and key in r.stderr, r.stderr
+    assert not [p for p in tmp_path.rglob("planted.txt")], "a file landed outside the local copy"
+
+
+def test_a_checkpoint_path_that_would_leave_the_local_copy_is_refused(s3_endpoint, tmp_path, monkeypatch):
+    from tuner.config import parse
+    from tuner.experiment import local_checkpoint
+    from tuner.schema import ExperimentError
+    monkeypatch.setenv("TUNER_CACHE", str(tmp_path / "tc"))
+    for k, v in S3_TEST_ENV.items():
+        monkeypatch.setenv(k, v)
+    exp = parse(f"name: ck\nstorage_path: \"{_uri(s3_endpoint, 'runs')}\"\n")
+    with pytest.raises(ExperimentError, match="refused to copy .* outside that folder"):
+        local_checkpoint(exp, f"{BUCKET}/runs/ck/../../outside/checkpoint_000001")
+    assert not (tmp_path / "tc" / "storage" / "s3" / BUCKET / "outside").exists()
+
+
+def test_a_link_planted_in_the_local_copy_is_not_followed(tmp_path):
+    src, dest, elsewhere = tmp_path / "src", tmp_path / "dest", tmp_path / "elsewhere"
+    (src / "trial_1").mkdir(parents=True)
+    (src / "trial_1" / "result.json").write_text("{}")
+    (src / "top.json").write_text("{}")
+    dest.mkdir()
+    elsewhere.mkdir()
+    (dest / "trial_1").symlink_to(elsewhere)
+    with pytest.raises(storage.UnsafeKey, match="symbolic link"):
+        storage.download(f"file://{src}", dest)
+    assert not list(elsewhere.iterdir())
+    (dest / "trial_1").unlink()
+    assert sorted(storage.download(f"file://{src}", dest)) == ["top.json", "trial_1/result.json"]

@@ -93,20 +93,49 @@ def remove(path: str | os.PathLike) -> None:
         pass
 
 
+class UnsafeKey(ValueError):
+    """An object key that would put a downloaded file outside the folder it is copied into."""
+
+
+def inside(dest: Path, rel: str, key: str = "") -> Path:
+    """dest/rel, made sure to stay in dest: no `..`, `.` or empty part, no absolute path, and no
+    symbolic link on the way (one planted there could point anywhere).  UnsafeKey otherwise."""
+    parts = rel.split("/")
+    why = ("it is absolute" if rel.startswith("/") else
+           "it has a '..', '.' or empty part" if not rel or any(p in ("", ".", "..") for p in parts) else None)
+    at = Path(dest)
+    for part in parts if why is None else ():
+        at = at / part
+        if at.is_symlink():
+            why = f"{at} on its way is a symbolic link"
+            break
+    if why:
+        raise UnsafeKey(f"refused to copy {key or rel!r} into {dest}: {why}, so the file would land outside "
+                        f"that folder; remove the object from the bucket (nothing was written for it)")
+    return Path(dest, *parts)
+
+
 def download(uri: str, dest: Path, keep: Callable[[str], bool] = lambda rel: True) -> list[str]:
     """Copy the files under `uri` whose relative path `keep` accepts into `dest` (made, files
-    there overwritten); the relative paths copied."""
+    there overwritten); the relative paths copied.  An object whose key would leave `dest`
+    is refused (UnsafeKey) before anything is written for it."""
     from pyarrow.fs import FileSelector, FileType
     fs, root = filesystem(uri)
+    root = root.rstrip("/")
     infos = fs.get_file_info(FileSelector(root, recursive=True, allow_not_found=True))
     copied = []
     for info in infos:
-        rel = info.path[len(root):].lstrip("/")
-        if info.type != FileType.File or not keep(rel):
+        if info.type != FileType.File:
             continue
-        target = dest / rel
+        if not info.path.startswith(root + "/"):
+            raise UnsafeKey(f"refused to copy {info.path!r}: it is not under {root!r}")
+        rel = info.path[len(root) + 1:]
+        if not keep(rel):
+            continue
+        target = inside(dest, rel, info.path)
         target.parent.mkdir(parents=True, exist_ok=True)
-        with fs.open_input_stream(info.path) as src, open(target, "wb") as out:
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o644)
+        with fs.open_input_stream(info.path) as src, os.fdopen(fd, "wb") as out:
             while chunk := src.read(1 << 20):
                 out.write(chunk)
         copied.append(rel)
