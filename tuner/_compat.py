@@ -65,6 +65,19 @@ def restored_searcher(tuner):
     return tuner._local_tuner._tune_config.search_alg
 
 
+# ---------------------------------------------------------------- PED-ANOVA's top set
+# optuna.importance._ped_anova.evaluator._QuantileFilter: the trials PED-ANOVA's evaluator takes
+# as its top set for a target quantile (ties included).  Optuna has no public way to ask; the
+# report states the size so that a reader sees what the importance rests on.
+
+def pedanova_top(values: list[float], quantile: float, lower_is_better: bool) -> int:
+    """hook pedanova_top: how many of `values` PED-ANOVA's top set holds at `quantile`."""
+    import optuna
+    from optuna.importance._ped_anova.evaluator import _QuantileFilter
+    trials = [optuna.trial.create_trial(value=float(v)) for v in values]
+    return len(_QuantileFilter(quantile, lower_is_better, None).filter(trials))
+
+
 # ---------------------------------------------------------------- Ray's own helpers (tests)
 
 def validate_cluster_config(cfg: dict) -> None:

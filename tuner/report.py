@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .history import Trial, final_value, load, ranked
-from .importance import MIN_RUNG_TRIALS, entries, importance_by_rung
+from .importance import MIN_RUNG_TRIALS, MIN_TOP_TRIALS, TARGET_QUANTILE, entries, importance_by_rung
 from .next_space import TOP_K, at_edge, write_next
 from .plots import (
     plot_best_so_far,
@@ -71,7 +71,8 @@ def render(exp: Experiment, ts: list[Trial], out: Path, k: int = TOP_K) -> dict[
               for t in ts if t.row.status in FAILED or t.row.state == "ERROR"]
     top_rows = [[t.row.trial_id, sig4(final_value(t, exp.metric)), t.row.epoch, params_text(t.row.params)]
                 for t in best[:10]]
-    rung_rows = [[e["rung"], e["n"], ", ".join(f"{n} {sig4(v)}" for n, v in e["importance"].items())
+    rung_rows = [[e["rung"], e["n"], e["top"] if e["importance"] else "",
+                  ", ".join(f"{n} {sig4(v)}" for n, v in e["importance"].items())
                   if e["importance"] else f"skipped: {e['skipped']}"] for e in importance]
     done = sum(t.row.state in ("TERMINATED", "ERROR") for t in ts)
     parts = [
@@ -87,8 +88,9 @@ def render(exp: Experiment, ts: list[Trial], out: Path, k: int = TOP_K) -> dict[
     parts.append("<h2>Top trials</h2>" + _table(["trial", exp.metric, "epoch", "searched settings"], top_rows))
     parts += [f"<h2>{html.escape(alt.capitalize())}</h2>{_img(p, alt)}" for p, alt in shown]
     parts.append(f"<h2>Parameter importance per rung</h2><p>PED-ANOVA on every trial that reached the rung, "
-                 f"valued there; rungs with fewer than {MIN_RUNG_TRIALS} trials are skipped.</p>"
-                 + _table(["epoch", "trials", "importance"], rung_rows))
+                 f"valued there: how much each setting tells its top trials (the best {TARGET_QUANTILE:.0%}, at least "
+                 f"{MIN_TOP_TRIALS}) from the rest; rungs with fewer than {MIN_RUNG_TRIALS} trials are skipped.</p>"
+                 + _table(["epoch", "trials", "top set", "importance"], rung_rows))
     parts.append("<h2>Failed, diverged and infeasible trials</h2>"
                  + (_table(["trial", "state", "status", "epoch", "reason", "error file"], failed) if failed else "<p>none</p>"))
     parts.append("<h2>next.yaml</h2><ul>" + "".join(f"<li>{html.escape(n)}</li>" for n in notes) + "</ul>")

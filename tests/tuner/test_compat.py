@@ -107,7 +107,7 @@ def test_restored_searcher(tmp_path):
 
 
 @hook("install_old_names + searcher_state/console_state/tensorboard_state")
-def test_pickles_written_by_0_1_0_load():
+def test_pickles_written_by_0_1_0_load(tmp_path):
     from tuner.console import Console
     from tuner.searcher import FidelitySearcher
     from tuner.tensorboard import TrialTensorBoard
@@ -119,9 +119,17 @@ def test_pickles_written_by_0_1_0_load():
     console = next(c for c in rc.callbacks if isinstance(c, Console))
     assert console.stream is sys.stdout and console.drawn == 0
     s = FidelitySearcher(max_epochs=2)
-    s.restore(glob.glob(str(FIXTURE / "searcher-state-*.pkl"))[0])
+    folder = shutil.copytree(FIXTURE, tmp_path / FIXTURE.name)   # restoring opens the study's journal there
+    s.restore(glob.glob(str(folder / "searcher-state-*.pkl"))[0])
     assert sorted(s.numbers.values()) == [0, 1, 2] and len(s.completed) == 3
     assert [t.state.name for t in s.study.trials] == ["COMPLETE", "PRUNED", "COMPLETE"]
+
+
+@hook("pedanova_top")
+def test_pedanova_top():
+    assert _compat.pedanova_top([1.0, 2.0, 3.0, 4.0], 0.5, lower_is_better=True) == 2
+    assert _compat.pedanova_top([1.0, 2.0, 2.0, 4.0], 0.25, lower_is_better=False) == 1
+    assert _compat.pedanova_top([4.0, 4.0, 1.0, 0.0], 0.25, lower_is_better=False) == 2   # ties stay together
 
 
 @hook("skip_step_if")

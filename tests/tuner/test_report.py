@@ -95,6 +95,31 @@ def test_importance_per_rung_counts_its_trials_and_skips_small_rungs(report, mon
         assert e["importance"] is None and e["skipped"] == f"{e['n']} trial(s) < 11"
 
 
+@pytest.mark.parametrize("n", [2, 3, 8, 9, 10, 19, 20, 21, 40])
+def test_pedanova_top_set_holds_at_least_two_trials(n):
+    from tuner import _compat
+    from tuner.importance import top_quantile
+    q = top_quantile(n)
+    if n <= 2:
+        assert q is None
+        return
+    values = [float(v) for v in range(n)]   # distinct: the top set is exactly what the quantile keeps
+    for lower in (False, True):
+        kept = _compat.pedanova_top(values, q, lower)   # as Optuna's evaluator counts it
+        assert 2 <= kept < n and kept == max(2, math.ceil(0.1 * n)), (n, q, kept)
+
+
+def test_a_rung_of_nine_trials_ranks_with_a_top_set_of_two(report):
+    from tuner import history, importance
+    exp, out = report
+    trials = history.load(exp)[:9]
+    (first, *_) = importance.importance_by_rung(exp, trials)
+    # The best two of nine, and every trial tied with the second (these values tie often).
+    assert first["n"] == 9 and first["top"] >= 2 and first["importance"], first
+    page = Path(out["html"]).read_text()
+    assert "<th>top set</th>" in page and "at least 2)" in page
+
+
 def test_next_yaml_validates_holds_the_top_trials_and_narrows(report):
     from tuner.history import load
     from tuner.next_space import TOP_K, top_k
