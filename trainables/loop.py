@@ -27,7 +27,7 @@ from trainables.observe.gpu_monitor import GpuMonitor
 from trainables.observe.model_board import ModelBoard
 from trainables.runtime import checkpoint as ckpt_io
 from trainables.runtime import plugin
-from trainables.runtime.session import PlainSession, Session
+from trainables.runtime.session import PlainSession, Session, local_folder
 from trainables.training import kernels, pruning
 from trainables.training.models import build_model
 from trainables.training.optim import build_optimizer, build_scheduler, make_loss
@@ -276,12 +276,18 @@ class _Trial:
         return last
 
 
-def restore_newest_good(trial: _Trial, folders: list[str]) -> str:
+def restore_newest_good(trial: _Trial, folders: list) -> str:
     """Restore the first checkpoint of `folders` (newest first) that reads back intact; the one
-    used.  A corrupt latest checkpoint falls back to the previous kept one; none intact is one
-    clear CheckpointError naming each."""
+    used.  Each is a local folder or a Ray checkpoint on cloud storage, fetched only when its
+    turn comes.  A corrupt latest checkpoint falls back to the previous kept one; none intact
+    is one clear CheckpointError naming each."""
     problems = []
-    for folder in folders:
+    for item in folders:
+        try:
+            folder = item if isinstance(item, str) else local_folder(item)
+        except OSError as e:   # the storage could not be read: the next older one may be
+            problems.append(f"{item.path} could not be fetched ({e})")
+            continue
         try:
             trial.restore(folder)
         except ckpt_io.CheckpointError as e:

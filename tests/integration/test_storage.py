@@ -251,3 +251,44 @@ def test_a_link_planted_in_the_local_copy_is_not_followed(tmp_path):
     assert not list(elsewhere.iterdir())
     (dest / "trial_1").unlink()
     assert sorted(storage.download(f"file://{src}", dest)) == ["top.json", "trial_1/result.json"]
+
+
+def test_a_corrupt_latest_checkpoint_on_the_bucket_falls_back_to_the_previous_one(s3_endpoint, tmp_path, monkeypatch):
+    """The fallback a trial takes when Tune hands it a checkpoint on cloud storage: the kept
+    checkpoints beside it on the bucket, fetched only when the newer ones are corrupt."""
+    from conftest import digits_config
+    from ray.train import Checkpoint
+
+    from trainables.loop import train_loop
+    from trainables.runtime import checkpoint as ck
+    from trainables.runtime.session import PlainSession, kept_beside_checkpoint, local_folder
+    for k, v in S3_TEST_ENV.items():
+        monkeypatch.setenv(k, v)
+    _make_bucket(s3_endpoint)
+    cfg = digits_config(str(tmp_path / "cache"), epochs=3, max_steps_per_epoch=2)
+    first = PlainSession("cpu", storage=str(tmp_path / "trial"))
+    train_loop(cfg, first)
+    trial = _uri(s3_endpoint, "runs/fallback/trial_1")
+    for folder in first.checkpoints:     # as Tune keeps them on the bucket: checkpoint_00000N/
+        for f in Path(folder).iterdir():
+            storage.write_bytes(storage.join(trial, Path(folder).name, f.name), f.read_bytes())
+    latest = storage.join(trial, Path(first.checkpoints[2]).name, ck.FILENAME)
+    data = bytearray(storage.read_bytes(latest))
+    data[len(data) // 2] ^= 0x01           # the latest (epoch 3) is corrupt on the bucket
+    storage.write_bytes(latest, bytes(data))
+    fs, path = storage.filesystem(storage.join(trial, Path(first.checkpoints[2]).name))
+    given = Checkpoint(path=path, filesystem=fs)     # what tune.get_checkpoint() hands the trial
+
+    class BucketSession(PlainSession):
+        def get_checkpoint(self):
+            return local_folder(given) if not self.checkpoints else super().get_checkpoint()
+
+        def earlier_checkpoints(self):
+            return kept_beside_checkpoint(given)
+
+    assert [Path(c.path).name for c in kept_beside_checkpoint(given)] == [Path(p).name for p in first.checkpoints[1::-1]]
+    resumed = BucketSession("cpu", storage=str(tmp_path / "again"))
+    train_loop(cfg.replace(epochs=4), resumed)
+    assert [r["epoch"] for r in resumed.reports] == [3, 4]
+    assert resumed.reports[0]["resumed_from_epoch"] == 2
+    assert resumed.reports[0]["restored_weights_sha256"] == ck.load(first.checkpoints[1])["weights_sha256"]

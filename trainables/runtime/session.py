@@ -43,9 +43,10 @@ class Session:
         """A local folder holding the checkpoint to resume from, or None."""
         return None
 
-    def earlier_checkpoints(self) -> list[str]:
+    def earlier_checkpoints(self) -> list:
         """The other kept checkpoints of this trial, newest first: where to go when the latest
-        one is corrupt."""
+        one is corrupt.  Each a local folder, or a Ray checkpoint on cloud storage (fetched when
+        tried)."""
         return []
 
 
@@ -71,6 +72,25 @@ def kept_beside(path: str | Path | None) -> list[str]:
     if not here.is_dir():
         return []
     return [str(p) for p in sorted(here.parent.glob("checkpoint_*"), reverse=True) if p.is_dir() and p != here]
+
+
+def kept_beside_checkpoint(ckpt) -> list:
+    """The other kept checkpoints of a Ray checkpoint's trial, newest first: folders beside it
+    on a local or mounted file system, or on cloud storage its siblings there, as checkpoints
+    of the same kind (fetched only if tried: when the newer ones are corrupt)."""
+    if ckpt is None:
+        return []
+    if os.path.isdir(ckpt.path):
+        return kept_beside(ckpt.path)
+    from pyarrow.fs import FileSelector, FileType
+    here = ckpt.path.rstrip("/")
+    try:
+        infos = ckpt.filesystem.get_file_info(FileSelector(here.rpartition("/")[0]))
+    except OSError:   # the listing failed: the latest must do, as before
+        return []
+    return [type(ckpt)(path=p, filesystem=ckpt.filesystem) for p in sorted(
+        (i.path.rstrip("/") for i in infos if i.type == FileType.Directory and i.base_name.startswith("checkpoint_")),
+        reverse=True) if p != here]
 
 
 def where() -> dict[str, str]:
@@ -132,8 +152,7 @@ class TuneSession(Session):
 
     def earlier_checkpoints(self):
         from ray import tune
-        ckpt = tune.get_checkpoint()
-        return kept_beside(ckpt.path if ckpt is not None else None)
+        return kept_beside_checkpoint(tune.get_checkpoint())
 
 
 class TrainSession(Session):
@@ -157,8 +176,7 @@ class TrainSession(Session):
 
     def earlier_checkpoints(self):
         import ray.train
-        ckpt = ray.train.get_checkpoint()
-        return kept_beside(ckpt.path if ckpt is not None else None)
+        return kept_beside_checkpoint(ray.train.get_checkpoint())
 
 
 class RankSession(Session):
