@@ -284,7 +284,7 @@ def restore_newest_good(trial: _Trial, folders: list) -> str:
     problems = []
     for item in folders:
         try:
-            folder = item if isinstance(item, str) else local_folder(item)
+            folder = item if isinstance(item, str) else local_folder(item) or ""
         except OSError as e:   # the storage could not be read: the next older one may be
             problems.append(f"{item.path} could not be fetched ({e})")
             continue
