@@ -68,7 +68,6 @@ class DataConfig:
     data_root: str = "./data"        # folder that holds cifar-10-batches-py/
     download: bool = False           # fetch CIFAR-10 when missing (needs internet)
     cache_dir: str = ".cache/tuner"  # HDF5 caches, shared by all trials on a host
-    stage_shm: bool = False          # copy the cache to /dev/shm when it fits
     val_fraction: float = bounded(0.1, gt=0, lt=1)        # share of the training set held out, seeded
     train_subset: int = bounded(0, ge=0, le=100_000_000)  # keep the first N training samples; 0 = all
     synthetic_size: int = bounded(2048, ge=1, le=10_000_000)  # synthetic: number of training images
@@ -129,9 +128,10 @@ class PruneConfig:
     prune_end_epoch: int = bounded(0, ge=0, le=10_000)  # last pruning epoch (spread linearly); 0 = start only
 
 
-# Settings version 0.1.0 had and wrote into checkpoints and trial configs (test seams that
-# became tests/fault_plugin.py): a config read back from such a folder leaves them out.
-RETIRED_SETTINGS = ("fault_dir", "inject_fault")
+# Settings earlier versions had and wrote into checkpoints and trial configs: a config read
+# back from such a folder leaves them out.  fault_dir and inject_fault (0.1.0's test seams,
+# now tests/fault_plugin.py); stage_shm (it saved nothing: BENCHMARKS.md, /dev/shm staging).
+RETIRED_SETTINGS = ("fault_dir", "inject_fault", "stage_shm")
 
 
 @dataclass

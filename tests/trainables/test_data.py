@@ -239,12 +239,6 @@ def test_torch_loader_trains_in_the_loop_and_reports_test_accuracy(tmp_path):
     assert m["status"] == "ok" and 0 <= m["test_acc"] <= 1 and m["val_acc"] > 0.5
 
 
-def test_stage_shm_reads_the_same_arrays(tmp_path):
-    cfg = DataConfig(dataset="digits", cache_dir=str(tmp_path), stage_shm=True)
-    a = D.load_arrays(cfg)
-    np.testing.assert_array_equal(a["train_x"], D.load_arrays(DataConfig(dataset="digits", cache_dir=str(tmp_path)))["train_x"])
-
-
 def test_resident_prepadded_path_equals_the_batch_path():
     g = torch.Generator().manual_seed(7)
     data = torch.randint(0, 256, (20, 3, 6, 5), dtype=torch.uint8, generator=g)

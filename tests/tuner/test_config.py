@@ -428,3 +428,9 @@ def test_validating_an_experiment_does_not_import_torch():
             "print('torch' in sys.modules)")
     r = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert r.stdout.strip() == "False", r.stdout + r.stderr
+
+
+def test_stage_shm_is_gone_from_the_yaml_but_old_trial_configs_still_load():
+    from trainables.config import TrainConfig
+    one("name: t\ntrain: {stage_shm: true}\n", "train.stage_shm", "unknown key")
+    assert "stage_shm" not in TrainConfig.from_dict({"stage_shm": True, "lr": 0.1}).to_dict()

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -190,22 +189,6 @@ def read_h5(path: Path, key: str) -> dict[str, np.ndarray] | None:
         return None
 
 
-def _stage_shm(path: Path) -> Path:
-    shm = Path("/dev/shm")
-    if not shm.is_dir():
-        return path
-    target = shm / f"tuner-{path.stat().st_size}-{path.name}"
-    if target.exists() and target.stat().st_size == path.stat().st_size:
-        return target
-    if shutil.disk_usage(shm).free < 2 * path.stat().st_size:
-        return path
-    fd, tmp = tempfile.mkstemp(dir=shm, prefix=".tuner-", suffix=".tmp")
-    os.close(fd)
-    shutil.copyfile(path, tmp)
-    os.replace(tmp, target)
-    return target
-
-
 def load_arrays(cfg: DataConfig, seed: int = 0) -> dict[str, np.ndarray]:
     """The data set's train/test arrays, from the HDF5 cache (built on first use)."""
     if cfg.dataset == "synthetic":
@@ -221,9 +204,6 @@ def load_arrays(cfg: DataConfig, seed: int = 0) -> dict[str, np.ndarray]:
     if arrays is None:  # missing, or built from other source files: rebuild
         arrays = build()
         write_h5_atomic(path, arrays, {"content_key": key, "dataset": cfg.dataset})
-    if cfg.stage_shm:
-        staged = _stage_shm(path)
-        arrays = read_h5(staged, key) or arrays
     return arrays
 
 
