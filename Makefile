@@ -15,7 +15,8 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 # The report test drives a real headless Chromium (Debian's chromium and chromium-driver),
-# installed once where apt and root exist; elsewhere that test skips and says why.
+# installed once where apt and root exist; elsewhere that test skips and says why.  The stamp
+# is written only once both programs are there, so a failed install is tried again next time.
 BROWSER := $(VENV)/.browser
 $(BROWSER): | $(STAMP)
 	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then :; \
@@ -23,7 +24,7 @@ $(BROWSER): | $(STAMP)
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
 	     chromium chromium-driver >/dev/null) || echo "chromium could not be installed: the browser test will skip"; \
 	else echo "no root or apt: the browser test will skip"; fi
-	touch $@
+	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then touch $@; fi
 
 # The offline quickstart search on an embedded local Ray; each run gets its own folder.
 demo: $(STAMP)

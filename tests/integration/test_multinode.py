@@ -169,15 +169,24 @@ def test_a_preempted_node_does_not_use_up_the_failure_budget(cluster, tmp_path):
     _lose_the_trials_node(cluster, tmp_path, "spot", preempted=True)
 
 
-def _lose_the_trials_node(cluster, tmp_path: Path, name: str, preempted: bool) -> None:
+@pytest.mark.timeout(300)
+def test_a_two_worker_ddp_trial_on_a_preempted_node_resumes_on_another_without_losing_an_epoch(cluster, tmp_path):
+    # Both ranks on the trial's node (resources.ddp auto: one node holds them); the node is
+    # drained as a spot preemption and removed while the ranks wait before epoch 2.
+    rows = _lose_the_trials_node(cluster, tmp_path, "spot-ddp", preempted=True, workers=2)
+    assert all(row["global_batch_size"] == 2 * 64 for row in rows), rows   # both ranks, before and after
+
+
+def _lose_the_trials_node(cluster, tmp_path: Path, name: str, preempted: bool, workers: int = 1) -> list[dict]:
     """A 1-trial run whose node goes away after epoch 1 (drained as preempted first, or not):
-    the trial resumes on another node from its epoch-1 checkpoint and finishes."""
+    the trial resumes on another node from its epoch-1 checkpoint and finishes; its rows."""
     c, _ = cluster
     faults = tmp_path / "faults"
     faults.mkdir()
     (faults / "hold").write_text("2")                  # every trial waits before epoch 2 (epoch 1 checkpointed)
     storage = tmp_path / "runs"
-    spec = _spec(tmp_path, name, 1, storage, epochs=3, resources=", max_failures: 0" if preempted else "")
+    spec = _spec(tmp_path, name, 1, storage, epochs=3, workers=workers,
+                 resources=", max_failures: 0" if preempted else "")
     proc = subprocess.Popen([sys.executable, "-m", "tuner", "run", str(spec), "--address", c.address],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env={**os.environ, **fault_plugin.env(dir=faults)})
@@ -215,3 +224,4 @@ def _lose_the_trials_node(cluster, tmp_path: Path, name: str, preempted: bool) -
     rows = [json.loads(line) for line in result.read_text().splitlines()]
     assert [row["epoch"] for row in rows] == [1, 2, 3], rows       # epoch 1 not reported twice
     assert rows[1]["resumed_from_epoch"] == 1 and rows[1]["node_id"] != first["node_id"]
+    return rows
