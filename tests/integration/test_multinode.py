@@ -81,24 +81,61 @@ def test_every_trial_runs_on_a_worker_node_and_its_results_reach_the_storage_pat
 @pytest.mark.timeout(300)
 def test_a_node_that_cannot_see_the_storage_path_is_refused_by_name(cluster, tmp_path):
     c, _ = cluster
-    storage = tmp_path / "shared"
+    storage = tmp_path / "runs"
     storage.mkdir()
     probe = subprocess.run(["unshare", "--mount", "sh", "-c", f"mount -t tmpfs tmpfs {storage}"],
                            check=False, capture_output=True, text=True)
     if probe.returncode != 0:
-        pytest.skip(f"cannot make a private mount namespace here (unshare --mount: {probe.stderr.strip()})")
+        pytest.skip("needs CAP_SYS_ADMIN, to give a node its own mount namespace (unshare --mount: "
+                    f"{probe.stderr.strip()}); test_a_node_whose_python_sees_another_folder_* covers the refusal without it")
     ray_bin = str(Path(sys.executable).parent / "ray")
     # A node in its own mount namespace, with an empty tmpfs over the storage folder: the path
     # exists there and is writable, but it is not the driver's folder.
-    node = subprocess.Popen(
-        ["unshare", "--mount", "sh", "-c",
-         f"mount -t tmpfs tmpfs {storage} && exec {ray_bin} start --address={c.address} --num-cpus=1 --block"],
-        start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _refused_because_of_a_node(c, tmp_path, storage, [
+        "unshare", "--mount", "sh", "-c",
+        f"mount -t tmpfs tmpfs {storage} && exec {ray_bin} start --address={c.address} --num-cpus=1 --block"])
+
+
+# On the node it is started with, every Python process finds the storage folder's files gone
+# (what a node with another disk at that path sees): a stand-in for a mount namespace.
+HIDE = """
+import os, pathlib
+_hidden, _read = os.environ.get("TUNER_TEST_HIDDEN", ""), pathlib.Path.read_text
+def _read_text(self, *args, **kwargs):
+    if _hidden and str(self).startswith(_hidden + os.sep):
+        raise FileNotFoundError(2, "No such file or directory", str(self))
+    return _read(self, *args, **kwargs)
+pathlib.Path.read_text = _read_text
+"""
+
+
+@pytest.mark.timeout(300)
+def test_a_node_whose_python_sees_another_folder_is_refused_by_name(cluster, tmp_path):
+    # The same refusal without CAP_SYS_ADMIN: the extra node's processes load a sitecustomize
+    # that hides the storage folder's files from them.
+    c, _ = cluster
+    storage = tmp_path / "runs"
+    storage.mkdir()
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(HIDE)
+    env = {**os.environ, "PYTHONPATH": str(site), "TUNER_TEST_HIDDEN": str(storage)}
+    _refused_because_of_a_node(c, tmp_path, storage, [str(Path(sys.executable).parent / "ray"), "start",
+                                                      f"--address={c.address}", "--num-cpus=1", "--block"], env)
+
+
+def _refused_because_of_a_node(c, tmp_path: Path, storage: Path, node_cmd: list[str], env=None) -> None:
+    """Start one more node with `node_cmd`; a run must then be refused naming that node (and
+    only it), before any trial starts."""
+    before = set(_alive_nodes(c.address))
+    node = subprocess.Popen(node_cmd, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env=env)
     try:
         deadline = time.monotonic() + 90
-        while len(_alive_nodes(c.address)) < 5:
+        while not set(_alive_nodes(c.address)) - before:
             assert time.monotonic() < deadline and node.poll() is None, "the extra node did not join"
             time.sleep(1)
+        (extra,) = set(_alive_nodes(c.address)) - before
         r = _run(_spec(tmp_path, "unseen", 1, storage), c.address)
     finally:
         _end_group(node)
@@ -106,7 +143,8 @@ def test_a_node_that_cannot_see_the_storage_path_is_refused_by_name(cluster, tmp
     assert r.returncode == 2, out[-3000:]
     assert "preflight failed on the cluster, no trial was started" in out and "Traceback" not in out, out[-3000:]
     bad = [ln for ln in out.splitlines() if "cannot read" in ln]
-    assert len(bad) == 1 and "the storage path is not the driver's here" in bad[0], out[-3000:]
+    assert len(bad) == 1 and "the storage path is not the driver's here" in bad[0] and f"({extra[:12]})" in bad[0], \
+        (extra, out[-3000:])
     assert not (storage / "unseen" / "tuner-experiment.yaml").exists()
 
 
