@@ -445,8 +445,8 @@ def main() -> None:
         ap.error(f"--searchers: {unknown or searchers}: list ours first, then any of {', '.join((*SEARCHERS, *VARIANTS))}")
     h_seeds = args.seeds or (2 if args.smoke else 30)
     d_seeds = args.digits_seeds or (1 if args.smoke else 8)
-    h_trials = args.trials or (8 if args.smoke else 48)
-    d_trials = args.digits_trials or (4 if args.smoke else 16)
+    h_trials = args.trials or (5 if args.smoke else 48)
+    d_trials = args.digits_trials or (3 if args.smoke else 16)
     epochs = 3 if args.smoke else 9
     for k, v in BENCH_ENV.items():
         os.environ.setdefault(k, v)

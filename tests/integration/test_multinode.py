@@ -196,8 +196,12 @@ def test_a_ddp_trial_with_its_ranks_on_two_nodes_trains(cluster, tmp_path):
 
 
 @pytest.mark.timeout(300)
-def test_a_trial_whose_node_is_removed_resumes_on_another_from_its_checkpoint(cluster, tmp_path):
-    _lose_the_trials_node(cluster, tmp_path, "lost", preempted=False)
+def test_a_two_worker_ddp_trial_whose_node_is_removed_resumes_on_another_without_losing_an_epoch(cluster, tmp_path):
+    # Both ranks on the trial's node (resources.ddp auto: one node holds them); the node is
+    # removed while the ranks wait before epoch 2.  (A one-worker trial loses its node in the
+    # preemption test below.)
+    rows = _lose_the_trials_node(cluster, tmp_path, "lost-ddp", preempted=False, workers=2)
+    assert all(row["global_batch_size"] == 2 * 64 for row in rows), rows   # both ranks, before and after
 
 
 @pytest.mark.timeout(300)
@@ -205,14 +209,6 @@ def test_a_preempted_node_does_not_use_up_the_failure_budget(cluster, tmp_path):
     # max_failures 0: a failure ends the trial; a spot preemption (the node drained with
     # Ray's PREEMPTION reason, as the autoscaler does before a spot node goes) does not count.
     _lose_the_trials_node(cluster, tmp_path, "spot", preempted=True)
-
-
-@pytest.mark.timeout(300)
-def test_a_two_worker_ddp_trial_on_a_preempted_node_resumes_on_another_without_losing_an_epoch(cluster, tmp_path):
-    # Both ranks on the trial's node (resources.ddp auto: one node holds them); the node is
-    # drained as a spot preemption and removed while the ranks wait before epoch 2.
-    rows = _lose_the_trials_node(cluster, tmp_path, "spot-ddp", preempted=True, workers=2)
-    assert all(row["global_batch_size"] == 2 * 64 for row in rows), rows   # both ranks, before and after
 
 
 def _lose_the_trials_node(cluster, tmp_path: Path, name: str, preempted: bool, workers: int = 1) -> list[dict]:

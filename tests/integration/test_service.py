@@ -620,7 +620,7 @@ CONDITIONAL_RUN = """
 name: condrun
 storage_path: {tmp}/runs
 seed: 1
-budget: {{num_samples: 3, max_epochs: 3, grace_epochs: 3, max_concurrent_trials: 1}}
+budget: {{num_samples: 3, max_epochs: 2, grace_epochs: 2, max_concurrent_trials: 1}}
 train: {{dataset: digits, cache_dir: {tmp}/cache, width: 0.25, flip: false, crop_padding: 1, max_steps_per_epoch: 4,
          }}
 search:

@@ -161,14 +161,40 @@ def _cli(*args, tmp_path, timeout=300):
                           env=env, cwd=tmp_path)
 
 
+def _recorded(folder: Path, *args, tmp_path, timeout=300) -> tuple[subprocess.CompletedProcess, set[Path], set[Path]]:
+    """A command's result; the files and folders there before it that it opened, by any of its
+    processes; and those the trust check it starts with judges (tests/tuner/test_trust.py)."""
+    from opens import Opens
+
+    from tuner.experiment import covered
+    before = {folder, *folder.rglob("*")}    # what a command writes and reads back is its own
+    judged = set(covered(folder))
+    rec = Opens(folder)
+    r = _cli(*args, tmp_path=tmp_path, timeout=timeout)
+    return r, {p for p in rec.read() if p in before}, judged
+
+
 @pytest.mark.integration
+@pytest.mark.timeout(400)
 def test_a_folder_written_by_0_1_0_shows_exports_reports_and_resumes(old_folder, tmp_path, ray_address):
-    r = _cli("status", str(old_folder), tmp_path=tmp_path)
+    """Each command also has what it reads recorded: every file it opens in the folder must be
+    one the trust check judged first (issue: the check missed search_gen_state-*.json)."""
+    f, opened = str(old_folder), {}
+    r, opened["status"], judged = _recorded(old_folder, "status", f, tmp_path=tmp_path)
     assert r.returncode == 0 and "val_acc" in r.stdout, r.stdout + r.stderr
-    r = _cli("export", str(old_folder), "--out", str(tmp_path / "best"), tmp_path=tmp_path)
+    r, opened["export"], judged = _recorded(old_folder, "export", f, "--out", str(tmp_path / "best"), tmp_path=tmp_path)
     assert r.returncode == 0 and (tmp_path / "best" / "best_config.yaml").is_file(), r.stdout + r.stderr
-    r = _cli("report", str(old_folder), tmp_path=tmp_path)
+    r, opened["report"], judged = _recorded(old_folder, "report", f, tmp_path=tmp_path)
     assert r.returncode == 0 and (old_folder / "report" / "report.html").is_file(), r.stdout + r.stderr
-    r = _cli("resume", str(old_folder), "--address", ray_address, tmp_path=tmp_path, timeout=400)
+    unjudged = {name: sorted(str(p.relative_to(old_folder)) for p in ps - judged) for name, ps in opened.items()}
+    r, opened["resume"], judged = _recorded(old_folder, "resume", f, "--address", ray_address, tmp_path=tmp_path,
+                                            timeout=400)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "best val_acc" in r.stdout, r.stdout[-3000:]
+    unjudged["resume"] = sorted(str(p.relative_to(old_folder)) for p in opened["resume"] - judged)
+    assert not any(unjudged.values()), f"files read that the trust check did not judge: {unjudged}"
+    # The record sees what each command reads, Tune's own reads (pyarrow, C++) included.
+    names = {p.name for ps in opened.values() for p in ps}
+    assert {"tuner-experiment.yaml", "tuner.pkl", "checkpoint.pt"} <= names, names
+    assert any(n.startswith("search_gen_state-") for n in names), names   # a cloudpickle, despite .json
+    assert any(p.name.startswith("experiment_state-") for p in opened["status"]), opened["status"]
