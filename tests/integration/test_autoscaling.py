@@ -74,7 +74,7 @@ def autoscaling_head(tmp_path_factory):
                     p.send_signal(sig)
                 except psutil.Error:
                     pass
-            psutil.wait_procs(members, timeout=15)
+            psutil.wait_procs(members, timeout=3 if sig == signal.SIGTERM else 15)   # agents ignore SIGTERM
         head.wait(timeout=10)
         shutil.rmtree(temp_dir, ignore_errors=True)
 

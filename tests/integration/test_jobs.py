@@ -40,7 +40,7 @@ def _end_group(proc: subprocess.Popen, temp_dir: Path) -> None:
         except ProcessLookupError:
             break
         try:
-            proc.wait(timeout=20)
+            proc.wait(timeout=5 if sig == signal.SIGTERM else 20)
             break
         except subprocess.TimeoutExpired:
             continue

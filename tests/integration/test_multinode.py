@@ -157,7 +157,7 @@ def _end_group(proc: subprocess.Popen) -> None:
             os.killpg(proc.pid, sig)
         except ProcessLookupError:
             pass
-        psutil.wait_procs(members, timeout=20)
+        psutil.wait_procs(members, timeout=3 if sig == signal.SIGTERM else 20)   # its agents ignore SIGTERM
     proc.wait(timeout=10)
 
 
