@@ -164,8 +164,18 @@ def concurrency_for(exp: Experiment, echo: Callable[[str], None] = print) -> int
         return fitting_concurrency(exp, ray.cluster_resources(), ray.available_resources())
     except ClusterError as now:
         need = largest_need(exp)
-        holding = [name for name, res in node_types().items()
+        types = node_types()
+        holding = [name for name, res in types.items()
                    if all(res.get(k, 0.0) + 1e-9 >= v for k, v in need.items() if v > 0)]
+        if not holding and types:   # what no node type can add, not what the nodes up now lack
+            short = {k: v for k, v in need.items() if v > 0 and all(res.get(k, 0.0) + 1e-9 < v for res in types.values())}
+            wants = ", ".join(f"{v:g} {k}" for k, v in (short or need).items() if v > 0)
+            offered = "; ".join(f"{name}: {', '.join(f'{v:g} {k}' for k, v in res.items())}" for name, res in types.items())
+            r = exp.resources
+            raise ClusterError(f"one trial needs {wants} (resources: workers={r.workers}, cpus_per_worker="
+                               f"{r.cpus_per_worker:g}, gpus_per_worker={r.gpus_per_worker:g}) but no node type of the "
+                               f"cluster's autoscaler holds it ({offered}); lower resources.* or add a node type "
+                               "that does") from None
         if not holding:
             raise now from None
     from ray.autoscaler.sdk import request_resources
