@@ -94,6 +94,19 @@ def ray_address_file() -> str:
     return get_ray_address_file(None)
 
 
+def driver_kv_back() -> None:
+    """hook driver_kv_back: ray.experimental.internal_kv.global_gcs_client pointed back at this
+    driver's own GCS client (ray._private.worker.global_worker.gcs_client).  Every
+    ray._private.node.Node made in a process (a ray.cluster_utils.Cluster's nodes) replaces that
+    process-global client with one to its own GCS; once that cluster is gone, the driver's next
+    use of the internal KV (exporting a new remote function, Tune in the process) waits on a
+    dead GCS and Ray ends the process after 60 s ("GCS has been unavailable")."""
+    import ray.experimental.internal_kv as kv
+    from ray._private.worker import global_worker
+    if global_worker.connected:
+        kv._initialize_internal_kv(global_worker.gcs_client)
+
+
 # ---------------------------------------------------------------- folders written by 0.1.0
 # Version 0.1.0 pickled, into tuner.pkl and searcher-state-*.pkl: tuner.run.trial_folder_name,
 # tuner.searcher.FidelityOptunaSearch (a subclass of Ray's OptunaSearch, its state Ray's

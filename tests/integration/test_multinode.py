@@ -34,6 +34,9 @@ def cluster(tmp_path_factory):
     yield c, workers
     for node in list(c.worker_nodes) + [c.head_node]:  # not c.shutdown(): it resets this process's Ray state
         c.remove_node(node, allow_graceful=True)   # the raylet ends its agents too
+    # The cluster's nodes took over this process's internal-KV client; the suite's Ray, if this
+    # process is its driver, gets it back (else its next remote function waits on a dead GCS).
+    _compat.driver_kv_back()
     if before is None:
         address_file.unlink(missing_ok=True)
     else:

@@ -619,8 +619,7 @@ search:
 
 
 # A conditional search space (tests/tuner/test_conditional.py has the rest) through `run`, Ctrl-C and
-# `resume`.  It runs here, after the multi-node module: run before it, a later in-process run of
-# the suite lost its GCS connection after that module's node removals (not understood yet).
+# `resume`.
 
 CONDITIONAL_RUN = """
 name: condrun

@@ -4,12 +4,8 @@ files (experiment YAML, summary, searcher journal, preflight marker); `resume`, 
 `report` and `export` read the experiment from the bucket with an empty local cache.
 
 Each `tuner` command here starts an embedded Ray of its own (no --address), apart from the
-suite's shared one.  When these tests ran on the shared Ray and before the multi-node module,
-the suite's own driver later lost its GCS connection (the GCS logged a request from the driver
-without the token; the driver ended 60 s later), and the same was seen once after the
-conditional-space resume test; neither the in-process pyarrow S3 client nor test_reliability's
-GCS gRPC probe alone caused it (each checked), and the cause was not found.  The module used
-to be kept last in the suite by its name; on Rays of their own its tests run in any order."""
+suite's shared one: isolation that once stood in for a fix (the suite's driver lost its GCS
+calls after the multi-node module; docs/internals.md has the cause, now mended)."""
 from __future__ import annotations
 
 import json

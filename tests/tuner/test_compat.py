@@ -88,6 +88,26 @@ def test_validate_cluster_config():
         _compat.validate_cluster_config({"cluster_name": "x", "no_such_key": 1})
 
 
+DRIVER_KV = """
+import sys, ray
+from ray.cluster_utils import Cluster
+from tuner import _compat
+ray.init(address=sys.argv[1], log_to_driver=False, logging_level="ERROR")
+c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
+c.remove_node(c.head_node, allow_graceful=True)      # its GCS is gone; this process's KV client pointed there
+_compat.driver_kv_back()
+print("answer", ray.get(ray.remote(lambda: 41 + 1).remote(), timeout=30))   # a new remote function: the KV
+"""
+
+
+@hook("driver_kv_back")
+def test_driver_kv_back(ray_address, tmp_path):
+    # In a process of its own: were the hook broken, Ray would end that process after 60 s.
+    r = subprocess.run([sys.executable, "-c", DRIVER_KV, ray_address], check=False, capture_output=True, text=True,
+                       timeout=120, cwd=Path(__file__).resolve().parents[2])
+    assert "answer 42" in r.stdout, (r.stdout + r.stderr)[-3000:]
+
+
 @hook("ray_address_file")
 def test_ray_address_file():
     assert _compat.ray_address_file().endswith("ray_current_cluster")
