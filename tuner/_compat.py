@@ -19,8 +19,9 @@ CHECKED = {"ray": "2.60.0", "optuna": "5"}
 # ---------------------------------------------------------------- ASHA's rung cutoff
 # ray.tune.schedulers.async_hyperband: ASHAScheduler._brackets, each a _Bracket whose
 # cutoff(recorded) interpolates a percentile; _Bracket._rungs lists (milestone, recorded).
-# Ray has no public hook for the cutoff.  (The search issue replaces this with a scheduler
-# of our own on Ray's public TrialScheduler.)
+# Ray has no public hook for the cutoff.  Runs now use tuner/scheduler.py (Ray's public
+# TrialScheduler); experiment folders written by 0.1.0 and 0.2.0 pickled an ASHAScheduler with
+# its brackets swapped for RankedBracket, so `resume` of such a folder still needs both.
 
 from ray.tune.schedulers.async_hyperband import _Bracket
 
@@ -45,6 +46,18 @@ def asha_milestones(scheduler) -> list[float]:
     return sorted(m for m, _ in scheduler._brackets[0]._rungs)
 
 
+# ---------------------------------------------------------------- a trial's saved state
+# ray.tune.execution.tune_controller.TuneController._mark_trial_to_checkpoint: Tune re-writes a
+# trial's entry in the experiment state only when marked; stop_trial marks trials that have an
+# actor, not a paused one, so a paused trial a scheduler ends would be saved as PAUSED.
+# Schedulers get the controller wrapped in TrialRunnerWrapper (its _tune_controller).
+
+def mark_trial_state(tune_controller, trial) -> None:
+    """hook mark_trial_state: the trial's entry in Tune's experiment state re-written at the
+    next save."""
+    getattr(tune_controller, "_tune_controller", tune_controller)._mark_trial_to_checkpoint(trial)
+
+
 # ---------------------------------------------------------------- Ray Train's state actor
 # ray.train.v2._internal.state.state_actor.get_or_create_state_actor: the actor the
 # dashboard's Train view reads; no public way to start it before the first run.
@@ -63,6 +76,11 @@ def train_state_actor():
 def restored_searcher(tuner):
     """hook restored_searcher: the search algorithm inside a restored Tuner."""
     return tuner._local_tuner._tune_config.search_alg
+
+
+def restored_scheduler(tuner):
+    """hook restored_scheduler: the trial scheduler inside a restored Tuner (same path)."""
+    return tuner._local_tuner._tune_config.scheduler
 
 
 # ---------------------------------------------------------------- PED-ANOVA's top set

@@ -237,6 +237,8 @@ def experiment_problems(exp: Experiment) -> list[str]:
     if exp.resources.ddp == "local" and exp.resources.placement_strategy in ("SPREAD", "STRICT_SPREAD"):
         p.append(f"resources.ddp: 'local' starts every rank on the trial's node, but resources.placement_strategy "
                  f"is {exp.resources.placement_strategy}; use ddp: train to spread the ranks, or PACK")
+    if b.asha == "promotion":
+        p += promotion_problems(exp)
     if exp.second_objective and exp.second_objective.metric == exp.metric:
         p.append("second_objective.metric: must differ from metric")
     if exp.resources.accelerator and exp.resources.gpus_per_worker == 0:
@@ -244,3 +246,20 @@ def experiment_problems(exp: Experiment) -> list[str]:
                  "is 0; set gpus_per_worker, or remove accelerator")
     return p
 
+
+
+def promotion_problems(exp: Experiment) -> list[str]:
+    """A trial paused at a rung resumes from the checkpoint it wrote there: every value of
+    train.checkpoint_every must divide every rung epoch."""
+    rungs = exp.budget.rungs
+    values = {exp.base_config().get("checkpoint_every", 1)}
+    for flat, _ in scenarios(exp.search):
+        e = flat.get("checkpoint_every")
+        if e is not None:   # every whole number of a range, not only its ends
+            values.update(range(int(e.lo), int(e.hi) + 1) if e.type == "int" else candidates(e))
+    bad = sorted(v for v in values if isinstance(v, int) and any(r % v for r in rungs))
+    if not bad:
+        return []
+    return [(f"train.checkpoint_every: {bad[0]} writes no checkpoint at every rung epoch {list(rungs)}, where "
+             "budget.asha: promotion pauses trials and later resumes them from a checkpoint; use a value that "
+             "divides every rung (1 always does), or budget.asha: stopping")]

@@ -100,11 +100,19 @@ class Console(Callback):
                                     epoch=int(last.get("epoch", 0) or 0), value=last.get(self.metric),
                                     sps=last.get("samples_per_s"))
                 self.ended.add(t.trial_id)
+            elif t.status == "PAUSED" and t.trial_id in self.rows and self.rows[t.trial_id]["state"] == "RUNNING":
+                row = self.rows[t.trial_id]   # promotion-type ASHA: it waits at a rung
+                row["state"] = "PAUSED"
+                self.event(t, f"paused at epoch {row['epoch']}, waits for a promotion", self.metric_text(row))
 
     def on_trial_start(self, iteration, trials, trial, **info):
         row = self.row(trial)
+        was = row["state"]
         row["state"] = "RUNNING"
-        self.event(trial, "started", params_text(row["params"]))
+        if was == "PAUSED":
+            self.event(trial, f"promoted at epoch {row['epoch']}, resumes from its checkpoint", "")
+        else:
+            self.event(trial, "started", params_text(row["params"]))
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
         row = self.row(trial)
@@ -115,12 +123,14 @@ class Console(Callback):
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         row = self.row(trial)
-        row["state"] = "TERMINATED"
+        was, row["state"] = row["state"], "TERMINATED"
         last = trial.last_result or {}
         status, epoch = str(last.get("status", row["status"])), int(last.get("epoch", row["epoch"]) or 0)
         row.update(status=status, epoch=epoch, value=last.get(self.metric, row["value"]))
         if status and status != "ok":
             what = f"{status} at epoch {epoch}: {last.get('reason', '')}".rstrip(": ")
+        elif epoch < self.max_epochs and was == "PAUSED":
+            what = f"stopped at rung epoch {epoch} (not promoted)"
         elif epoch < self.max_epochs:
             what = f"stopped by ASHA at epoch {epoch}"
         else:

@@ -93,6 +93,14 @@ def _resume(exp: Experiment, exp_dir, address, echo, allow_no_auth, verbose, nod
     searcher = _compat.restored_searcher(tuner)
     if searcher is not None:
         searcher.experiment_dir = str(exp.exp_dir)   # where the searcher's journal is now
+    from .scheduler import RUNG_FILE, RungScheduler
+    scheduler = _compat.restored_scheduler(tuner)
+    if isinstance(scheduler, RungScheduler):   # its rung records, where the folder is now
+        scheduler.records, scheduler.loaded = str(exp.exp_dir / RUNG_FILE), False
+        try:
+            scheduler.load()
+        except ValueError as e:
+            raise ExperimentError(str(exp_dir), [str(e)]) from None
     echo(f"resuming {exp.location}")
     return summarize(exp, _fit(exp, tuner, session_dir))
 

@@ -72,6 +72,10 @@ class Budget(BaseModel):
     reduction_factor: float = Field(3.0, gt=1, le=100)     # ASHA eta
     max_concurrent_trials: int = Field(0, ge=0, le=10_000) # 0 = as many as the cluster holds
     time_limit_s: float | None = Field(None, gt=0, le=31_536_000)  # seconds, wall clock of the whole search (<= a year)
+    # ASHA's kind (tuner/scheduler.py): "stopping" ends a trial below the rung's cutoff for
+    # good; "promotion" pauses it at the rung and resumes it from its checkpoint once it ranks
+    # in the rung's top 1/eta.
+    asha: Literal["stopping", "promotion"] = "stopping"
 
     @property
     def rungs(self) -> tuple[int, ...]:

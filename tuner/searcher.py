@@ -81,7 +81,60 @@ def make_searcher(search: dict, metric: str | list[str], mode: str | list[str], 
                             eta=budget.reduction_factor)
 
 
-class FidelitySearcher(Searcher):
+class SlotSearcher(Searcher):
+    """A searcher that keeps `max_concurrent_trials` itself: trials waiting at a rung of
+    promotion-type ASHA (`waiting`, kept up to date by tuner.scheduler) hold no slot.  Ray's
+    ConcurrencyLimiter, which Tune puts around a searcher, counts every trial not ended as
+    running, so paused trials would fill every slot and the search would stall."""
+
+    max_concurrent: int = 0           # 0: no limit of ours
+    waiting: set[str] = frozenset()   # type: ignore[assignment]
+
+    def set_max_concurrency(self, max_concurrent: int) -> bool:
+        self.max_concurrent = max_concurrent
+        return True
+
+    def running(self) -> int:
+        raise NotImplementedError
+
+    def full(self) -> bool:
+        return self.max_concurrent > 0 and self.running() >= self.max_concurrent
+
+
+class FixedSearcher(SlotSearcher):
+    """An experiment with nothing searched under promotion-type ASHA: every trial takes the
+    fixed settings (Tune's param_space), with the slots counted as above."""
+
+    def __init__(self, metric: str | list[str] | None = None, mode: str | list[str] | None = None):
+        super().__init__(metric=metric, mode=mode)   # type: ignore[arg-type]  # Ray takes a list for several objectives
+        self.live: set[str] = set()
+
+    def set_search_properties(self, metric: str | None, mode: str | None, config: dict, **spec: Any) -> bool:
+        """True: metric and mode were given at construction (they are the experiment's)."""
+        return True
+
+    def running(self) -> int:
+        return len(self.live - set(self.waiting))
+
+    def suggest(self, trial_id: str) -> dict | None:
+        if self.full():
+            return None
+        self.live.add(trial_id)
+        return {}
+
+    def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
+        self.live.discard(trial_id)
+
+    def save(self, checkpoint_path: str) -> None:
+        with open(checkpoint_path, "wb") as f:
+            pickle.dump(self.__dict__, f)
+
+    def restore(self, checkpoint_path: str) -> None:
+        with open(checkpoint_path, "rb") as f:
+            self.__dict__.update(pickle.load(f))
+
+
+class FidelitySearcher(SlotSearcher):
     """Tune trials as Optuna study trials (ask/tell by trial number).
 
     rungs (ASHA's comparison epochs), when given: a trial that passed a rung before eta - 1
@@ -148,9 +201,14 @@ class FidelitySearcher(Searcher):
 
     # ------------------------------------------------------------ Tune's calls
 
+    def running(self) -> int:
+        return len(set(self.numbers) - self.completed - set(self.waiting))
+
     def suggest(self, trial_id: str) -> dict | None:
         if self.space is None:
             raise RuntimeError("FidelitySearcher has no search space")
+        if self.full():
+            return None
         t = self.study.ask()
         self.numbers[trial_id], self.live[trial_id] = t.number, t
         drawn = self.space(t)

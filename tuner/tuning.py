@@ -9,7 +9,8 @@ from tuner.schema import Experiment
 def build_tuner(exp: Experiment, concurrency: int, verbose: bool = False):
     from ray import tune
 
-    from .searcher import JOURNAL, make_searcher
+    from .scheduler import RUNG_FILE
+    from .searcher import JOURNAL, FixedSearcher, make_searcher
     from .space import param_space
     from .tensorboard import TrialTensorBoard
     multi = exp.second_objective is not None
@@ -25,7 +26,11 @@ def build_tuner(exp: Experiment, concurrency: int, verbose: bool = False):
     if searcher is not None and exp.remote:
         # Tune uploads the searcher's snapshot folder: the journal goes with it.
         searcher.journal_upload = str(journal)
-    scheduler = asha(exp.budget, exp.metric if multi else None, exp.mode if multi else None)
+    promotion = exp.budget.asha == "promotion"
+    if searcher is None and promotion:   # slots that paused trials do not hold (see SlotSearcher)
+        searcher = FixedSearcher(exp.metrics if multi else exp.metric, exp.modes if multi else exp.mode)
+    scheduler = asha(exp.budget, exp.metric if multi else None, exp.mode if multi else None,
+                     records=exp.exp_dir / RUNG_FILE)
     return tune.Tuner(
         trainable_for(exp),
         param_space=param_space(exp),
@@ -48,20 +53,19 @@ def build_tuner(exp: Experiment, concurrency: int, verbose: bool = False):
 
 
 
-def asha(budget, metric: str | None = None, mode: str | None = None, cutoff: str = "ranked"):
-    """The scheduler every search runs under: ASHA over the budget's epochs.  A trial goes on
-    past a rung if it is not below the top 1/eta of the trials recorded there before it, the
-    cutoff taken by rank (numpy's "nearest" percentile): Ray's own interpolates between values,
-    so one diverging trial's loss of 1000 at a rung would put the cutoff far above chance level
-    and let every chance-level trial after it through.  cutoff="interpolated" keeps Ray's (the
-    benchmarks' lever)."""
-    from ray.tune.schedulers import ASHAScheduler
-    s = ASHAScheduler(time_attr="epoch", metric=metric, mode=mode, max_t=budget.max_epochs,
-                      grace_period=budget.grace_epochs, reduction_factor=budget.reduction_factor)
-    if cutoff == "ranked":
-        from . import _compat
-        _compat.rank_cutoffs(s)
-    return s
+def asha(budget, metric: str | None = None, mode: str | None = None, cutoff: str = "ranked",
+         records=None, promotion: bool | None = None):
+    """The scheduler every search runs under: ASHA over the budget's rungs, of the budget's kind
+    (`budget.asha`, or `promotion` when given).  When stopping, a trial goes on past a rung if it
+    is not below the top 1/eta of the trials recorded there before it, the cutoff taken by rank
+    (numpy's "nearest" percentile): Ray's ASHAScheduler interpolates between values, so one
+    diverging trial's loss of 1000 at a rung would put the cutoff far above chance level and let
+    every chance-level trial after it through.  cutoff="interpolated" is Ray's (the benchmarks'
+    lever).  `records`: the rung file (tuner/scheduler.py)."""
+    from .scheduler import RungScheduler
+    return RungScheduler(budget.rungs, budget.max_epochs, budget.reduction_factor, metric=metric, mode=mode,
+                         promotion=budget.asha == "promotion" if promotion is None else promotion,
+                         cutoff=cutoff, records=records)
 
 
 def reuse_actors(exp: Experiment) -> bool:

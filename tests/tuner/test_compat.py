@@ -38,10 +38,10 @@ def hook(name):
 
 
 def _asha(eta=3.0):
-    from tuner.schema import Budget
-    from tuner.tuning import asha
-    return asha(Budget(num_samples=4, max_epochs=15, grace_epochs=1, reduction_factor=eta), "val_loss", "min",
-                cutoff="interpolated")
+    """Ray's ASHAScheduler as 0.1.0 and 0.2.0 built it (their folders pickled it)."""
+    from ray.tune.schedulers import ASHAScheduler
+    return ASHAScheduler(time_attr="epoch", metric="val_loss", mode="min", max_t=15, grace_period=1,
+                         reduction_factor=eta)
 
 
 @hook("rank_cutoffs")
@@ -124,6 +124,71 @@ def test_restored_searcher(tmp_path):
         return None
     tuner = tune.Tuner.restore(str(folder), trainable=trainable)
     assert isinstance(_compat.restored_searcher(tuner), FidelitySearcher)
+
+
+@hook("restored_scheduler")
+def test_restored_scheduler(tmp_path):
+    from ray import tune
+    from ray.tune.schedulers import ASHAScheduler
+
+    from tuner.scheduler import RungScheduler
+    from tuner.schema import Budget
+    from tuner.tuning import asha
+    _compat.install_old_names()
+    folder = shutil.copytree(FIXTURE, tmp_path / FIXTURE.name)
+    def trainable(config):   # the name the run's trainable had
+        return None
+    assert isinstance(_compat.restored_scheduler(tune.Tuner.restore(str(folder), trainable=trainable)), ASHAScheduler)
+    ours = asha(Budget(asha="promotion"), "val_acc", "max")
+    tuner = tune.Tuner(trainable, tune_config=tune.TuneConfig(scheduler=ours))
+    assert _compat.restored_scheduler(tuner) is ours   # the same attribute a restored Tuner fills
+    assert isinstance(ours, RungScheduler)
+
+
+@pytest.mark.integration
+@hook("mark_trial_state")
+def test_mark_trial_state(ray_address, tmp_path):
+    """A paused trial a scheduler ends is saved TERMINATED (unmarked, Tune saves it as PAUSED)."""
+    import json
+
+    from ray import tune
+    from ray.tune.experiment import Trial
+    from ray.tune.schedulers import FIFOScheduler
+
+    class EndPaused(FIFOScheduler):
+        """Pauses each trial after its first result; ends the paused ones when nothing runs."""
+
+        def __init__(self, mark):
+            super().__init__()
+            self.mark = mark
+
+        def on_trial_result(self, tune_controller, trial, result):
+            return "PAUSE" if result["training_iteration"] == 1 else "CONTINUE"
+
+        def choose_trial_to_run(self, tune_controller):
+            trials = tune_controller.get_trials()
+            pending = [t for t in trials if t.status == Trial.PENDING]
+            if pending:
+                return pending[0]
+            if not any(t.status == Trial.RUNNING for t in trials):
+                for t in trials:
+                    if t.status == Trial.PAUSED:
+                        tune_controller.stop_trial(t)
+                        if self.mark:
+                            _compat.mark_trial_state(tune_controller, t)
+            return None
+
+    def trainable(config):
+        for i in range(3):
+            tune.report({"i": i})
+
+    def saved_states(mark):
+        name = f"marked-{mark}"
+        tune.Tuner(trainable, tune_config=tune.TuneConfig(scheduler=EndPaused(mark), num_samples=1),
+                   run_config=tune.RunConfig(name=name, storage_path=str(tmp_path), verbose=0)).fit()
+        (state,) = (tmp_path / name).glob("experiment_state-*.json")
+        return [json.loads(t)["status"] for t, _ in json.loads(state.read_text())["trial_data"]]
+    assert saved_states(True) == ["TERMINATED"]
 
 
 @hook("install_old_names + searcher_state/console_state/tensorboard_state")

@@ -64,14 +64,21 @@ def test_trials_asha_let_through_a_rung_unjudged_are_told_only_up_to_it():
     assert states(plain)[0].state == TrialState.COMPLETE
 
 
-def test_the_searchers_rungs_are_the_schedulers():
+def test_the_schedulers_rungs_are_ray_ashas():
+    """Budget.rungs (our scheduler's, the searcher's, the console's and the report's) are the
+    epochs where Ray's ASHAScheduler, which folders written before 0.3.0 resume with, compares."""
+    from ray.tune.schedulers import ASHAScheduler
+
     from tuner import _compat
     from tuner.schema import Budget
     from tuner.tuning import asha
     for grace, top, eta in ((1, 9, 3), (1, 15, 3), (2, 9, 3), (1, 8, 2), (3, 27, 3), (1, 15, 2.5), (2, 30, 2.5)):
         budget = Budget(num_samples=8, max_epochs=top, grace_epochs=grace, reduction_factor=eta)
-        tune_rungs = [m for m in _compat.asha_milestones(asha(budget, "val_acc", "max")) if m < top]
+        ray_asha = ASHAScheduler(time_attr="epoch", metric="val_acc", mode="max", max_t=top, grace_period=grace,
+                                 reduction_factor=eta)
+        tune_rungs = [m for m in _compat.asha_milestones(ray_asha) if m < top]
         assert list(budget.rungs) == [math.ceil(m) for m in tune_rungs], (grace, top, eta)
+        assert asha(budget, "val_acc", "max").rungs == budget.rungs
 
 
 def test_multi_objective_study_prunes_without_intermediate_values():

@@ -1,0 +1,121 @@
+"""Promotion-type ASHA end to end on the session's Ray: trials pause at a rung, the best resume
+from their checkpoints, the rest end there, and a resume keeps every rung decision."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+SPEC = """
+name: {name}
+storage_path: {storage}
+metric: val_acc
+mode: max
+seed: 3
+budget: {{num_samples: {samples}, max_epochs: 3, grace_epochs: 1, reduction_factor: 3,
+          max_concurrent_trials: 2, asha: promotion}}
+resources: {{workers: 1, cpus_per_worker: 1}}
+train: {{dataset: digits, cache_dir: {cache}, model: convnet, width: 0.5, flip: false, crop_padding: 1}}
+search:
+  lr: {{type: loguniform, low: 1.0e-4, high: 0.5}}
+"""
+
+
+def _spec(tmp_path: Path, name: str, samples: int) -> tuple[Path, Path]:
+    spec = tmp_path / f"{name}.yaml"
+    spec.write_text(SPEC.format(name=name, storage=tmp_path / "runs", cache=tmp_path / "cache", samples=samples))
+    return spec, tmp_path / "runs" / name
+
+
+def _cli(*args, timeout=300):
+    return subprocess.run([sys.executable, "-m", "tuner", *args], check=False, capture_output=True, text=True,
+                          timeout=timeout, env=dict(os.environ))
+
+
+def _epochs(exp_dir: Path) -> dict[str, list[int]]:
+    return {f.parent.name.removeprefix("trial_"): [json.loads(line)["epoch"] for line in f.read_text().splitlines()
+                                                   if line.strip()]
+            for f in exp_dir.glob("trial_*/result.json")}
+
+
+def _rungs(exp_dir: Path) -> dict:
+    return json.loads((exp_dir / "asha-rungs.state").read_text())
+
+
+def _states(exp_dir: Path) -> dict[str, str]:
+    r = _cli("status", str(exp_dir), "--json")
+    assert r.returncode == 0, r.stderr
+    return {t["trial_id"]: t["state"] for t in json.loads(r.stdout)["trials"]}
+
+
+def _check_finished(exp_dir: Path, samples: int) -> dict:
+    """Every trial ended; the promoted ones trained on to the last epoch without repeating one,
+    the others ended at the rung; nothing is left paused."""
+    rungs, epochs = _rungs(exp_dir), _epochs(exp_dir)
+    assert set(_states(exp_dir).values()) == {"TERMINATED"}
+    recorded, promoted, stopped = rungs["recorded"]["1"], rungs["promoted"]["1"], rungs["stopped"]
+    assert len(recorded) == samples, rungs
+    assert len(set(promoted)) == len(promoted) and not set(promoted) & set(stopped), rungs
+    assert rungs["paused"] == {} and set(promoted) | set(stopped) == set(recorded), rungs
+    # The best third at the rung (by val_acc at epoch 1) were all promoted.  Asynchronous ASHA may
+    # also have promoted trials that were in the top third of fewer trials, earlier; the first two
+    # to arrive paused (floor(2/3) = 0 go on), and at least one trial never made a top third.
+    best = sorted(recorded, key=lambda t: -recorded[t])[:samples // 3]
+    assert set(best) <= set(promoted) and stopped, rungs
+    for tid in promoted:
+        assert epochs[tid] == [1, 2, 3], (tid, epochs[tid])   # resumed from epoch 1's checkpoint
+    for tid in stopped:
+        assert epochs[tid] == [1], (tid, epochs[tid])
+    return rungs
+
+
+@pytest.mark.timeout(400)
+def test_promotion_pauses_promotes_the_best_and_ends_the_rest_at_their_rung(ray_address, tmp_path):
+    spec, exp_dir = _spec(tmp_path, "promote", 6)
+    r = _cli("run", str(spec), "--address", ray_address, timeout=360)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    rungs = _check_finished(exp_dir, 6)
+    # The console says which trials wait, and how each one ended.
+    for tid in rungs["stopped"]:
+        assert f"trial {tid} paused at epoch 1, waits for a promotion" in r.stdout, r.stdout[-3000:]
+        assert f"trial {tid} stopped at rung epoch 1 (not promoted)" in r.stdout, r.stdout[-3000:]
+    first = next(iter(rungs["recorded"]["1"]))   # 1 recorded: floor(1/3) = 0 go on, so it paused
+    assert f"trial {first} paused at epoch 1" in r.stdout
+    if first in rungs["promoted"]["1"]:
+        assert f"trial {first} promoted at epoch 1, resumes from its checkpoint" in r.stdout
+    summary = json.loads((exp_dir / "summary.json").read_text())
+    assert summary["trials"] == 6
+
+
+@pytest.mark.timeout(600)
+def test_a_resumed_promotion_run_keeps_its_rung_decisions(ray_address, tmp_path):
+    spec, exp_dir = _spec(tmp_path, "resumed", 6)
+    proc = subprocess.Popen([sys.executable, "-m", "tuner", "run", str(spec), "--address", ray_address],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.time() + 300
+        while time.time() < deadline:   # interrupted once trials wait at the rung
+            f = exp_dir / "asha-rungs.state"
+            if f.is_file() and len(json.loads(f.read_text() or "{}").get("paused", {})) >= 2:
+                break
+            assert proc.poll() is None, proc.stdout.read()[-3000:]
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    before = _rungs(exp_dir)
+    assert len(before["paused"]) >= 2, (before, out[-2000:])
+    r = _cli("resume", str(exp_dir), "--address", ray_address, timeout=400)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    after = _check_finished(exp_dir, 6)
+    # What was decided before the interrupt stands: promoted stay promoted (once), ended stay ended.
+    assert after["promoted"]["1"][:len(before["promoted"]["1"])] == before["promoted"]["1"]
+    assert set(before["stopped"]) <= set(after["stopped"])
+    assert after["recorded"]["1"].items() >= before["recorded"]["1"].items()
