@@ -29,6 +29,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="override a setting: train.lr=0.1, budget.num_samples=4, or a bare training setting")
     r.add_argument("--allow-no-auth", action="store_true",
                    help="start a local Ray even though RAY_AUTH_MODE=disabled is set (not recommended)")
+    r.add_argument("--warm-start", default=None, metavar="EXP_DIR",
+                   help="seed the search with an earlier experiment's trials (same metric, mode and dataset)")
     r.add_argument("--verbose", action="store_true",
                    help="also Tune's trial boxes and status tables, and Ray's and Optuna's INFO lines")
     r.add_argument("--profile", action="store_true",

@@ -49,7 +49,8 @@ def cmd_validate(args) -> int:
 def cmd_run(args) -> int:
     from .config import load
     from .run import run_experiment
-    exp = load(args.file, args.set + (["train.profile=true"] if args.profile else []))  # nothing starts on error
+    extra = (["train.profile=true"] if args.profile else []) + ([f"warm_start={args.warm_start}"] if args.warm_start else [])
+    exp = load(args.file, args.set + extra)  # nothing starts on error
     return _print_summary(run_experiment(exp, args.address, allow_no_auth=args.allow_no_auth,
                                          verbose=args.verbose))
 

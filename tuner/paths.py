@@ -1,4 +1,5 @@
-"""Where an experiment's relative paths point: storage_path, train.cache_dir, train.data_root.
+"""Where an experiment's relative paths point: storage_path, train.cache_dir, train.data_root,
+warm_start.
 
 Run from a shell, a relative path is relative to the current folder, as the user expects.
 Inside a Ray job (`ray job submit --working-dir .`) the current folder is Ray's unpacked copy
@@ -41,4 +42,7 @@ def settle(exp: Experiment) -> Experiment:
         storage = _absolute(storage, root)
     train = exp.train.model_copy(update={"cache_dir": _absolute(exp.train.cache_dir, root),
                                          "data_root": _absolute(exp.train.data_root, root)})
-    return exp.model_copy(update={"storage_path": storage, "train": train})
+    warm = exp.warm_start
+    if warm and not is_uri(warm):
+        warm = _absolute(warm, root)
+    return exp.model_copy(update={"storage_path": storage, "train": train, "warm_start": warm})

@@ -42,6 +42,8 @@ def run_experiment(exp: Experiment, address: str | None = None, echo: Callable[[
             "this experiment folder exists already; `tuner resume " + exp.location + "` continues it, or "
             "choose another name (--set name=NEW)"])
     preflight(exp)
+    from .warmstart import warm_trials
+    warm, notes = warm_trials(exp)   # the earlier folder checked before Ray starts
     if exp.remote and exp.exp_dir.exists():  # a local copy left from an experiment since deleted there
         import shutil
         shutil.rmtree(exp.exp_dir)
@@ -57,11 +59,13 @@ def run_experiment(exp: Experiment, address: str | None = None, echo: Callable[[
         echo(f"experiment {exp.name}: {exp.budget.num_samples} trials, up to {concurrency} at once, "
              f"ASHA over {exp.budget.max_epochs} epochs; results in {exp.location}")
         echo(f"watch: tensorboard --logdir {exp.location}")
+        for note in notes:
+            echo(note)
         if exp.resources.workers > 1:
             echo(f"DDP: {exp.resources.workers} ranks per trial, " + (
                 "started by the trial on its node (resources.ddp: local)" if exp.resources.ddp == "local"
                 else "on Ray Train workers (resources.ddp: train)"))
-        return summarize(exp, _fit(exp, build_tuner(exp, concurrency, verbose), session_dir))
+        return summarize(exp, _fit(exp, build_tuner(exp, concurrency, verbose, warm=warm), session_dir))
     finally:
         nodes.remove()
 

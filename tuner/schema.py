@@ -203,6 +203,8 @@ class Experiment(BaseModel):
     resources: Resources = Resources()
     train: TrainSettings = TrainSettings()
     search: dict[str, SearchEntry] = {}
+    # An earlier experiment folder (or URI) whose study trials seed this search (tuner/warmstart.py).
+    warm_start: str | None = None
 
     @property
     def searched(self) -> list[Searched]:

@@ -65,18 +65,23 @@ def sobol_sampler(seed: int | None) -> optuna.samplers.QMCSampler:
                                           warn_independent_sampling=False, warn_asynchronous_seeding=False)
 
 
-def default_sampler(seed: int | None, num_samples: int) -> optuna.samplers.BaseSampler:
-    """Sobol below GUIDED_FROM trials, TPE (after its start-up trials) from there on."""
-    return sobol_sampler(seed) if num_samples < GUIDED_FROM else tpe_sampler(seed, n_startup_trials=TPE_STARTUP)
+def default_sampler(seed: int | None, num_samples: int, warm: bool = False) -> optuna.samplers.BaseSampler:
+    """Sobol below GUIDED_FROM trials, TPE (after its start-up trials) from there on.  A warm
+    start is TPE at any size: the earlier trials count towards its start-up trials, and a Sobol
+    sequence would not look at them."""
+    if num_samples < GUIDED_FROM and not warm:
+        return sobol_sampler(seed)
+    return tpe_sampler(seed, n_startup_trials=TPE_STARTUP)
 
 
 def make_searcher(search: dict, metric: str | list[str], mode: str | list[str], seed: int | None, budget,
                   journal: str | Path | None = None, study_name: str = "tuner",
-                  sampler: optuna.samplers.BaseSampler | None = None, rungs: tuple[int, ...] = ()) -> FidelitySearcher:
+                  sampler: optuna.samplers.BaseSampler | None = None, rungs: tuple[int, ...] = (),
+                  warm: bool = False) -> FidelitySearcher:
     """The searcher of a run over the experiment's (define-by-run) space; `sampler` and `rungs`
     are what the benchmarks vary (default: default_sampler, no rung bookkeeping)."""
     return FidelitySearcher(space=SearchSpace(search), metric=metric, mode=mode,
-                            sampler=sampler or default_sampler(seed, budget.num_samples), journal=journal,
+                            sampler=sampler or default_sampler(seed, budget.num_samples, warm), journal=journal,
                             study_name=study_name, max_epochs=budget.max_epochs, rungs=rungs,
                             eta=budget.reduction_factor)
 

@@ -6,7 +6,8 @@ from trainables.runtime.trainable import KEEP_BEST, make_trainable
 from tuner.schema import Experiment
 
 
-def build_tuner(exp: Experiment, concurrency: int, verbose: bool = False):
+def build_tuner(exp: Experiment, concurrency: int, verbose: bool = False, warm: list | None = None):
+    """`warm`: an earlier experiment's study trials (tuner/warmstart.py), told to the study first."""
     from ray import tune
 
     from .scheduler import RUNG_FILE
@@ -22,7 +23,11 @@ def build_tuner(exp: Experiment, concurrency: int, verbose: bool = False):
     # Nothing searched: the trials repeat the fixed settings (Tune's own generator; Optuna
     # would have no space to sample).
     searcher = make_searcher(exp.search, exp.metrics if multi else exp.metric, exp.modes if multi else exp.mode,
-                             exp.seed, exp.budget, journal=journal, study_name=exp.name) if exp.search else None
+                             exp.seed, exp.budget, journal=journal, study_name=exp.name,
+                             warm=bool(warm)) if exp.search else None
+    if searcher is not None:
+        for t in warm or []:
+            searcher.study.add_trial(t)
     if searcher is not None and exp.remote:
         # Tune uploads the searcher's snapshot folder: the journal goes with it.
         searcher.journal_upload = str(journal)
