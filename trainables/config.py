@@ -140,6 +140,9 @@ class RunConfig:
     device: str = "auto"             # auto | cpu | cuda
     workers: int = bounded(1, ge=1, le=1_024)      # data-parallel workers per trial
     checkpoint_every: int = bounded(1, ge=1, le=10_000)  # epochs between checkpoints
+    # torch's deterministic algorithms and no cuDNN autotuning: a config trains to the same
+    # numbers when run again on the same machine (some GPU kernels are slower so)
+    deterministic: bool = False
     profile: bool = False            # torch.profiler over 5 steps (1 wait, 1 warmup, 3 active) of one trial
     profile_dir: str = ""            # where the trace and its table go (the service: <experiment>/profiles)
     tb_histograms: bool = False      # TensorBoard histograms of every parameter, each epoch (rank 0)

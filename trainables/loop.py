@@ -79,6 +79,14 @@ def evaluate(model: nn.Module, loader, step: TrainStep) -> tuple[float, float]:
     return total_loss / max(total, 1), total_correct / max(total, 1)
 
 
+def deterministic() -> None:
+    """torch's deterministic algorithms (a warning, not an error, for an op that has none) and no
+    cuDNN autotuning.  cuBLAS is deterministic only with CUBLAS_WORKSPACE_CONFIG=:4096:8 in the
+    trial's environment (docs/search.md, "Reproducible runs"); without it torch warns."""
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.backends.cudnn.benchmark = False
+
+
 class _Trial:
     """The state of one training run; split from train_loop to keep each piece short."""
 
@@ -86,6 +94,8 @@ class _Trial:
         self.cfg, self.session = cfg, session
         self.device = session.device
         check(cfg, self.device.type)
+        if cfg.deterministic:
+            deterministic()
         torch.manual_seed(cfg.seed)  # same initial weights on every rank
         self.data = load_data(cfg, cfg.seed)
         self.impl = kernels.resolve(cfg.kernels, self.device)

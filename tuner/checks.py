@@ -239,6 +239,14 @@ def experiment_problems(exp: Experiment) -> list[str]:
                  f"is {exp.resources.placement_strategy}; use ddp: train to spread the ranks, or PACK")
     if b.asha == "promotion":
         p += promotion_problems(exp)
+    if exp.reproducible and b.max_concurrent_trials > 1:
+        p.append(f"budget.max_concurrent_trials: {b.max_concurrent_trials} with reproducible: true, which runs one "
+                 "trial at a time (what several at once report first depends on timing); set it to 1, or "
+                 "reproducible: false")
+    if exp.reproducible and b.time_limit_s:
+        p.append(f"budget.time_limit_s: {b.time_limit_s:g} with reproducible: true: a time limit ends the search "
+                 "after however many trials fit in it; remove time_limit_s, or reproducible: false")
+
     if exp.second_objective and exp.second_objective.metric == exp.metric:
         p.append("second_objective.metric: must differ from metric")
     if exp.resources.accelerator and exp.resources.gpus_per_worker == 0:

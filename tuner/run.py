@@ -53,6 +53,8 @@ def run_experiment(exp: Experiment, address: str | None = None, echo: Callable[[
         session_dir = connect(address, exp, echo, allow_no_auth, verbose, env=nodes.env)
         asked, exp = exp, resolve_ddp(exp)
         concurrency = concurrency_for(exp, echo)   # a trial no node can ever hold: refused first
+        if exp.reproducible:
+            concurrency = 1   # what several trials at once report first depends on timing
         nodes.check_nodes()
         ready_train_view(exp)
         save_experiment(asked)

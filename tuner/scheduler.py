@@ -99,7 +99,10 @@ class RungScheduler(TrialScheduler):
                     self.save()
                     return TrialScheduler.STOP if cut is not None and score < cut else TrialScheduler.CONTINUE
                 self.recorded[rung][tid] = score
-                return self.pause_or_go(tid, rung)
+                decision = self.pause_or_go(tid, rung)
+                if tune_controller is not None:   # a trial at this rung may have made a promotion due
+                    self.hold_slots(slot_searcher(tune_controller), list(tune_controller.get_trials()))
+                return decision
             if epoch >= rung:
                 break
         return TrialScheduler.CONTINUE
@@ -123,8 +126,11 @@ class RungScheduler(TrialScheduler):
                 from . import _compat
                 _compat.mark_trial_state(tune_controller, t)
         if self.promotion:
-            self.hold_slots(tune_controller, trials)
-            chosen = self.promotable(trials)
+            searcher = slot_searcher(tune_controller)
+            cap = getattr(searcher, "max_concurrent", 0)
+            busy = sum(t.status in (Trial.PENDING, Trial.RUNNING) for t in trials)
+            chosen = self.promote(trials) if not cap or busy < cap else None
+            self.hold_slots(searcher, trials)
             if chosen is not None:
                 return chosen
         for t in trials:
@@ -177,16 +183,21 @@ class RungScheduler(TrialScheduler):
         self.save()
         return TrialScheduler.PAUSE
 
-    def promotable(self, trials: list[Trial]) -> Trial | None:
+    def due(self) -> list[tuple[int, str]]:
+        """(rung, trial) of every paused trial that ranks in its rung's top set now, highest
+        rung first."""
+        return [(rung, tid) for rung in reversed(self.rungs) for tid in self.top(rung)
+                if self.paused.get(tid) == rung and tid not in self.promoted[rung]]
+
+    def promote(self, trials: list[Trial]) -> Trial | None:
         """The paused trial to resume now: from the highest rung that has one in its top set."""
         by_id = {t.trial_id: t for t in trials if t.status == Trial.PAUSED}
-        for rung in reversed(self.rungs):
-            for tid in self.top(rung):
-                if self.paused.get(tid) == rung and tid in by_id and tid not in self.promoted[rung]:
-                    self.promoted[rung].append(tid)
-                    del self.paused[tid]
-                    self.save()
-                    return by_id[tid]
+        for rung, tid in self.due():
+            if tid in by_id:
+                self.promoted[rung].append(tid)
+                del self.paused[tid]
+                self.save()
+                return by_id[tid]
         return None
 
     def finish_paused(self, tune_controller, trials: list[Trial]) -> None:
@@ -201,14 +212,14 @@ class RungScheduler(TrialScheduler):
                 from . import _compat
                 _compat.mark_trial_state(tune_controller, t)
 
-    def hold_slots(self, tune_controller, trials: list[Trial]) -> None:
-        """Tells the searcher which trials wait at a rung: they hold no slot of
-        max_concurrent_trials (Ray's limiter would count them as running)."""
-        s = tune_controller.search_alg
-        while s is not None and not hasattr(s, "waiting"):
-            s = getattr(s, "searcher", None)
-        if s is not None:
-            s.waiting = {t.trial_id for t in trials if t.status == Trial.PAUSED}
+    def hold_slots(self, searcher, trials: list[Trial]) -> None:
+        """Tells the searcher which trials wait at a rung with no promotion due: they hold no
+        slot of max_concurrent_trials (Ray's limiter would count them as running).  A trial whose
+        promotion is due keeps its slot, so that no new trial takes it first."""
+        if searcher is not None:
+            due = {tid for _, tid in self.due()}
+            searcher.waiting = {t.trial_id for t in trials
+                                if t.status == Trial.PAUSED and t.trial_id in self.paused and t.trial_id not in due}
 
     # ------------------------------------------------------------ the rung file
 
@@ -250,6 +261,15 @@ class RungScheduler(TrialScheduler):
         state = dict(self.__dict__)
         state["loaded"] = False
         return state
+
+
+def slot_searcher(tune_controller):
+    """Our searcher inside Tune's search algorithm (SearchGenerator, ConcurrencyLimiter: each
+    holds the next as `.searcher`), or None."""
+    s = tune_controller.search_alg
+    while s is not None and not hasattr(s, "waiting"):
+        s = getattr(s, "searcher", None)
+    return s
 
 
 def read_records(path: str | Path) -> dict[str, Any]:

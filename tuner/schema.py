@@ -205,6 +205,9 @@ class Experiment(BaseModel):
     search: dict[str, SearchEntry] = {}
     # An earlier experiment folder (or URI) whose study trials seed this search (tuner/warmstart.py).
     warm_start: str | None = None
+    # One trial at a time, deterministic training: a rerun with the same seed makes the same
+    # proposals and the same rung decisions (docs/search.md, "Reproducible runs").
+    reproducible: bool = False
 
     @property
     def searched(self) -> list[Searched]:
@@ -247,6 +250,8 @@ class Experiment(BaseModel):
         cfg.update(epochs=self.budget.max_epochs, workers=self.resources.workers)
         if self.resources.gpus_per_worker == 0 and cfg["device"] == "auto":
             cfg["device"] = "cpu"
+        if self.reproducible:
+            cfg["deterministic"] = True
         if cfg["profile"] and not cfg["profile_dir"]:
             cfg["profile_dir"] = str(self.exp_dir / "profiles")
         return cfg

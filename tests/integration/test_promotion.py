@@ -18,8 +18,9 @@ storage_path: {storage}
 metric: val_acc
 mode: max
 seed: 3
+reproducible: {reproducible}
 budget: {{num_samples: {samples}, max_epochs: 3, grace_epochs: 1, reduction_factor: 3,
-          max_concurrent_trials: 2, asha: promotion}}
+          max_concurrent_trials: {concurrency}, asha: promotion}}
 resources: {{workers: 1, cpus_per_worker: 1}}
 train: {{dataset: digits, cache_dir: {cache}, model: convnet, width: 0.5, flip: false, crop_padding: 1}}
 search:
@@ -27,9 +28,10 @@ search:
 """
 
 
-def _spec(tmp_path: Path, name: str, samples: int) -> tuple[Path, Path]:
+def _spec(tmp_path: Path, name: str, samples: int, reproducible: bool = False) -> tuple[Path, Path]:
     spec = tmp_path / f"{name}.yaml"
-    spec.write_text(SPEC.format(name=name, storage=tmp_path / "runs", cache=tmp_path / "cache", samples=samples))
+    spec.write_text(SPEC.format(name=name, storage=tmp_path / "runs", cache=tmp_path / "cache", samples=samples,
+                                reproducible=str(reproducible).lower(), concurrency=1 if reproducible else 2))
     return spec, tmp_path / "runs" / name
 
 
@@ -54,9 +56,11 @@ def _states(exp_dir: Path) -> dict[str, str]:
     return {t["trial_id"]: t["state"] for t in json.loads(r.stdout)["trials"]}
 
 
-def _check_finished(exp_dir: Path, samples: int) -> dict:
-    """Every trial ended; the promoted ones trained on to the last epoch without repeating one,
-    the others ended at the rung; nothing is left paused."""
+def _check_finished(exp_dir: Path, samples: int, interrupted: bool = False) -> dict:
+    """Every trial ended; the promoted ones trained on to the last epoch without repeating one
+    (after an interrupt, the epoch that was running then may run again: Tune resumes a trial from
+    the last checkpoint it recorded, which is never before the rung's), the others ended at the
+    rung; nothing is left paused."""
     rungs, epochs = _rungs(exp_dir), _epochs(exp_dir)
     assert set(_states(exp_dir).values()) == {"TERMINATED"}
     recorded, promoted, stopped = rungs["recorded"]["1"], rungs["promoted"]["1"], rungs["stopped"]
@@ -68,18 +72,38 @@ def _check_finished(exp_dir: Path, samples: int) -> dict:
     # to arrive paused (floor(2/3) = 0 go on), and at least one trial never made a top third.
     best = sorted(recorded, key=lambda t: -recorded[t])[:samples // 3]
     assert set(best) <= set(promoted) and stopped, rungs
-    for tid in promoted:
-        assert epochs[tid] == [1, 2, 3], (tid, epochs[tid])   # resumed from epoch 1's checkpoint
+    for tid in promoted:   # resumed from epoch 1's checkpoint
+        if interrupted:
+            assert sorted(set(epochs[tid])) == [1, 2, 3] and epochs[tid].count(1) == 1, (tid, epochs[tid])
+        else:
+            assert epochs[tid] == [1, 2, 3], (tid, epochs[tid])
     for tid in stopped:
         assert epochs[tid] == [1], (tid, epochs[tid])
     return rungs
 
 
-@pytest.mark.timeout(400)
+def _decisions(exp_dir: Path) -> dict:
+    """The run's proposals and rung decisions, by each trial's drawn lr (Tune's trial ids differ
+    between runs): the study's trials in order with their per-epoch values, and the rung file."""
+    import optuna
+
+    from tuner.searcher import JOURNAL, journal_storage
+    study = optuna.load_study(study_name=exp_dir.name, storage=journal_storage(exp_dir / JOURNAL))
+    lr = {tid: json.loads((exp_dir / f"trial_{tid}" / "params.json").read_text())["lr"] for tid in _epochs(exp_dir)}
+    rungs = _rungs(exp_dir)
+    return {"study": [(t.params["lr"], t.state.name, t.intermediate_values) for t in study.trials],
+            "recorded": [(lr[t], v) for t, v in rungs["recorded"]["1"].items()],
+            "promoted": [lr[t] for t in rungs["promoted"]["1"]], "stopped": sorted(lr[t] for t in rungs["stopped"])}
+
+
+@pytest.mark.timeout(500)
 def test_promotion_pauses_promotes_the_best_and_ends_the_rest_at_their_rung(ray_address, tmp_path):
-    spec, exp_dir = _spec(tmp_path, "promote", 6)
+    # reproducible: true (one trial at a time, deterministic training): a second run with the same
+    # seed makes the same proposals and the same rung decisions.
+    spec, exp_dir = _spec(tmp_path, "promote", 6, reproducible=True)
     r = _cli("run", str(spec), "--address", ray_address, timeout=360)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "up to 1 at once" in r.stdout
     rungs = _check_finished(exp_dir, 6)
     # The console says which trials wait, and how each one ended.
     for tid in rungs["stopped"]:
@@ -91,6 +115,13 @@ def test_promotion_pauses_promotes_the_best_and_ends_the_rest_at_their_rung(ray_
         assert f"trial {first} promoted at epoch 1, resumes from its checkpoint" in r.stdout
     summary = json.loads((exp_dir / "summary.json").read_text())
     assert summary["trials"] == 6
+    (tmp_path / "again").mkdir()
+    again_spec, again_dir = _spec(tmp_path / "again", "promote", 6, reproducible=True)
+    again = _cli("run", str(again_spec), "--address", ray_address, timeout=360)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    first, second = _decisions(exp_dir), _decisions(again_dir)
+    assert first == second
+    assert first["promoted"] and first["stopped"]   # both kinds of decision were taken
 
 
 @pytest.mark.timeout(600)
@@ -114,7 +145,7 @@ def test_a_resumed_promotion_run_keeps_its_rung_decisions(ray_address, tmp_path)
     assert len(before["paused"]) >= 2, (before, out[-2000:])
     r = _cli("resume", str(exp_dir), "--address", ray_address, timeout=400)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    after = _check_finished(exp_dir, 6)
+    after = _check_finished(exp_dir, 6, interrupted=True)
     # What was decided before the interrupt stands: promoted stay promoted (once), ended stay ended.
     assert after["promoted"]["1"][:len(before["promoted"]["1"])] == before["promoted"]["1"]
     assert set(before["stopped"]) <= set(after["stopped"])

@@ -207,3 +207,39 @@ def test_promotion_needs_a_checkpoint_at_every_rung():
     assert problems("stopping", train={"dataset": "synthetic", "checkpoint_every": 2}) == []
     (p,) = problems("sometimes")
     assert "budget.asha" in p and "sometimes" in p
+
+
+def test_at_one_trial_at_a_time_a_due_promotion_waits_for_the_slot_and_keeps_it():
+    """reproducible: true runs one trial at a time: a promotion never runs beside another trial,
+    and no new trial takes the slot a due promotion waits for."""
+    searcher = FixedSearcher("val_loss", "min")
+    searcher.set_max_concurrency(1)
+    s = asha(budget(asha="promotion"), "val_loss", "min")
+    a, b, c = (T(t) for t in "abc")
+    for t in (a, b):
+        assert searcher.suggest(t.trial_id) == {}
+        ctl = Controller([a, b][: "ab".index(t.trial_id) + 1], searcher)
+        assert s.on_trial_result(ctl, t, result(1, {"a": 0.3, "b": 0.6}[t.trial_id])) == PAUSE
+        t.status = Trial.PAUSED
+        s.choose_trial_to_run(ctl)
+    assert searcher.waiting == {"a", "b"}               # neither is due: both give their slot up
+    assert searcher.suggest("c") == {}
+    ctl = Controller([a, b, c], searcher)
+    # c reaches the rung and, worse than a, pauses: a (best of 3) is due, and keeps the slot.
+    assert s.on_trial_result(ctl, c, result(1, 0.9)) == PAUSE
+    assert searcher.waiting == {"b"} and searcher.suggest("d") is None
+    c.status = Trial.PAUSED
+    assert s.choose_trial_to_run(ctl) is a
+    a.status = Trial.RUNNING
+    s.choose_trial_to_run(ctl)
+    assert searcher.waiting == {"b", "c"} and searcher.suggest("d") is None   # a runs: the one slot is taken
+    # While a trial runs, a promotion that becomes due waits for it.
+    s2 = asha(budget(asha="promotion"), "val_loss", "min")
+    x, y, z = T("x", Trial.PAUSED), T("y", Trial.PAUSED), T("z", Trial.RUNNING)
+    for t, loss in ((x, 0.1), (y, 0.5), (T("w"), 0.7)):
+        s2.recorded[1][t.trial_id] = loss * -1
+    s2.paused.update(x=1, y=1)
+    ctl2 = Controller([x, y, z], searcher)
+    assert s2.choose_trial_to_run(ctl2) is None and s2.paused == {"x": 1, "y": 1}
+    z.status = Trial.TERMINATED
+    assert s2.choose_trial_to_run(ctl2) is x
