@@ -77,13 +77,15 @@ def default_sampler(seed: int | None, num_samples: int, warm: bool = False) -> o
 def make_searcher(search: dict, metric: str | list[str], mode: str | list[str], seed: int | None, budget,
                   journal: str | Path | None = None, study_name: str = "tuner",
                   sampler: optuna.samplers.BaseSampler | None = None, rungs: tuple[int, ...] = (),
-                  warm: bool = False) -> FidelitySearcher:
-    """The searcher of a run over the experiment's (define-by-run) space; `sampler` and `rungs`
-    are what the benchmarks vary (default: default_sampler, no rung bookkeeping)."""
+                  warm: bool = False, rung_model: bool = False) -> FidelitySearcher:
+    """The searcher of a run over the experiment's (define-by-run) space; `sampler`, `rungs` and
+    `rung_model` are what the benchmarks vary (default: default_sampler, no rung bookkeeping,
+    TPE over the study itself)."""
     return FidelitySearcher(space=SearchSpace(search), metric=metric, mode=mode,
                             sampler=sampler or default_sampler(seed, budget.num_samples, warm), journal=journal,
                             study_name=study_name, max_epochs=budget.max_epochs, rungs=rungs,
-                            eta=budget.reduction_factor)
+                            eta=budget.reduction_factor,
+                            model_rungs=(*budget.rungs, budget.max_epochs) if rung_model else (), seed=seed)
 
 
 class SlotSearcher(Searcher):
@@ -150,8 +152,14 @@ class FidelitySearcher(SlotSearcher):
     def __init__(self, space: SearchSpace | None = None, metric: str | list[str] | None = None,
                  mode: str | list[str] | None = None, sampler: optuna.samplers.BaseSampler | None = None,
                  journal: str | Path | None = None, study_name: str = "tuner", *, max_epochs: int,
-                 rungs: tuple[int, ...] = (), eta: float = 3):
+                 rungs: tuple[int, ...] = (), eta: float = 3, model_rungs: tuple[int, ...] = (),
+                 seed: int | None = None):
         super().__init__(metric=metric, mode=mode)
+        # model_rungs: propose from a TPE model of the values at the highest of these epochs
+        # where enough trials have reported (each trial counts at every rung it reached, paused
+        # and running ones included), as BOHB models its highest budget with enough points.
+        self.model_rungs, self.seed = tuple(model_rungs), seed
+        self.shadows: dict[int, optuna.Study] | None = None
         self.space, self.sampler = space, sampler or optuna.samplers.TPESampler()
         self.journal = str(journal) if journal else None
         self.study_name = study_name
@@ -214,6 +222,9 @@ class FidelitySearcher(SlotSearcher):
             raise RuntimeError("FidelitySearcher has no search space")
         if self.full():
             return None
+        guided = self.rung_proposal()
+        if guided is not None:
+            self.study.enqueue_trial(guided)
         t = self.study.ask()
         self.numbers[trial_id], self.live[trial_id] = t.number, t
         drawn = self.space(t)
@@ -243,6 +254,10 @@ class FidelitySearcher(SlotSearcher):
             return  # a repeat (a resumed trial; Optuna warns on those) or past a rung passed unjudged
         self.trial(trial_id).report(float(value), step=epoch)
         steps.add(epoch)
+        if epoch in self.model_rungs and self.shadows is not None:
+            t = self.trial(trial_id)
+            self.shadow(epoch).add_trial(optuna.trial.create_trial(
+                params=t.params, distributions=t.distributions, value=float(value)))
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
         if trial_id in self.completed or trial_id not in self.numbers:
@@ -266,19 +281,60 @@ class FidelitySearcher(SlotSearcher):
         for d in (self.last_results, self.reported, self.unjudged, self.live):
             d.pop(trial_id, None)
 
+    # ------------------------------------------------------------ the model over rungs
+
+    def shadow(self, rung: int) -> optuna.Study:
+        """An in-memory study of the values at one rung (TPE over them)."""
+        assert self.shadows is not None
+        if rung not in self.shadows:
+            n = self.min_points()
+            self.shadows[rung] = optuna.create_study(
+                direction="minimize" if self.mode == "min" else "maximize",
+                sampler=tpe_sampler(None if self.seed is None else self.seed + rung, n_startup_trials=n))
+        return self.shadows[rung]
+
+    def min_points(self) -> int:
+        """Trials a rung needs before it is modelled: TPE's start-up count, and at least the
+        number of searched settings + 2."""
+        return max(TPE_STARTUP, len(self.space.search) + 2 if self.space else 0)
+
+    def rung_proposal(self) -> dict[str, Any] | None:
+        """Settings drawn by TPE over the highest model rung with enough points (None: no rung
+        has them yet, or no rung model)."""
+        if not self.model_rungs or isinstance(self.metric, list) or self.space is None:
+            return None
+        if self.shadows is None:   # built once from the study (a new or a restored searcher)
+            self.shadows = {}
+            for ft in self.study.get_trials(deepcopy=False):
+                for step, v in ft.intermediate_values.items():
+                    if step in self.model_rungs and finite(v):
+                        self.shadow(step).add_trial(optuna.trial.create_trial(
+                            params=ft.params, distributions=ft.distributions, value=float(v)))
+        ready = [r for r in self.model_rungs if r in self.shadows and len(self.shadows[r].get_trials(
+            deepcopy=False, states=(TrialState.COMPLETE,))) >= self.min_points()]
+        if not ready:
+            return None
+        shadow = self.shadows[max(ready)]
+        t = shadow.ask()
+        self.space(t)
+        shadow.tell(t, state=TrialState.FAIL)   # a draw, not a result: TPE leaves FAIL out
+        return dict(t.params)
+
     # ------------------------------------------------------------ snapshots
 
     def __getstate__(self) -> dict[str, Any]:
         """Plain values and the sampler; the study is re-opened from its journal, never pickled
         (an in-memory study, with no journal, goes with its storage)."""
-        drop = ("live", "study_now") if self.journal is None else ("live", "study_now", "storage_now")
+        drop = ("live", "study_now", "shadows") if self.journal is None else ("live", "study_now", "storage_now", "shadows")
         return {k: v for k, v in self.__dict__.items() if k not in drop}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         from . import _compat
         self.__dict__.update(_compat.searcher_state(state))
-        self.live, self.study_now = {}, None
+        self.live, self.study_now, self.shadows = {}, None, None
         self.__dict__.setdefault("storage_now", None)
+        self.__dict__.setdefault("model_rungs", ())   # snapshots written before the rung model
+        self.__dict__.setdefault("seed", None)
 
     def save(self, checkpoint_path: str) -> None:
         with open(checkpoint_path, "wb") as f:

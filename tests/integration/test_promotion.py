@@ -96,13 +96,20 @@ def _decisions(exp_dir: Path) -> dict:
             "promoted": [lr[t] for t in rungs["promoted"]["1"]], "stopped": sorted(lr[t] for t in rungs["stopped"])}
 
 
-@pytest.mark.timeout(500)
-def test_promotion_pauses_promotes_the_best_and_ends_the_rest_at_their_rung(ray_address, tmp_path):
-    # reproducible: true (one trial at a time, deterministic training): a second run with the same
-    # seed makes the same proposals and the same rung decisions.
+@pytest.fixture(scope="module")
+def promoted_run(ray_address, tmp_path_factory):
+    """One reproducible promotion run (one trial at a time, deterministic training): its folder
+    and output.  The warm-start test reuses its folder as the earlier experiment."""
+    tmp_path = tmp_path_factory.mktemp("promote")
     spec, exp_dir = _spec(tmp_path, "promote", 6, reproducible=True)
     r = _cli("run", str(spec), "--address", ray_address, timeout=360)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return tmp_path, exp_dir, r
+
+
+@pytest.mark.timeout(500)
+def test_promotion_pauses_promotes_the_best_and_ends_the_rest_at_their_rung(promoted_run, ray_address):
+    tmp_path, exp_dir, r = promoted_run
     assert "up to 1 at once" in r.stdout
     rungs = _check_finished(exp_dir, 6)
     # The console says which trials wait, and how each one ended.
@@ -115,13 +122,63 @@ def test_promotion_pauses_promotes_the_best_and_ends_the_rest_at_their_rung(ray_
         assert f"trial {first} promoted at epoch 1, resumes from its checkpoint" in r.stdout
     summary = json.loads((exp_dir / "summary.json").read_text())
     assert summary["trials"] == 6
+    # reproducible: true: a second run with the same seed makes the same proposals and the same
+    # rung decisions.
     (tmp_path / "again").mkdir()
     again_spec, again_dir = _spec(tmp_path / "again", "promote", 6, reproducible=True)
     again = _cli("run", str(again_spec), "--address", ray_address, timeout=360)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
-    first, second = _decisions(exp_dir), _decisions(again_dir)
-    assert first == second
-    assert first["promoted"] and first["stopped"]   # both kinds of decision were taken
+    first_run, second_run = _decisions(exp_dir), _decisions(again_dir)
+    assert first_run == second_run
+    assert first_run["promoted"] and first_run["stopped"]   # both kinds of decision were taken
+
+
+WARM = """
+name: {name}
+storage_path: {storage}
+metric: {metric}
+mode: {mode}
+seed: 1
+budget: {{num_samples: 4, max_epochs: 2, grace_epochs: 1, reduction_factor: 3, max_concurrent_trials: 2}}
+resources: {{workers: 1, cpus_per_worker: 1}}
+train: {{dataset: digits, cache_dir: {cache}, model: convnet, width: 0.5, flip: false, crop_padding: 1}}
+search:
+  lr: {{type: loguniform, low: 1.0e-4, high: 0.5}}
+"""
+
+
+@pytest.mark.timeout(400)
+def test_a_run_warm_started_from_an_earlier_one_holds_its_trials_in_the_study(promoted_run, ray_address):
+    import optuna
+
+    from tuner.searcher import JOURNAL, journal_storage
+    tmp_path, earlier, _ = promoted_run
+
+    def spec(name, metric="val_acc", mode="max"):
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(WARM.format(name=name, storage=tmp_path / "runs", cache=tmp_path / "cache", metric=metric,
+                                    mode=mode))
+        return path
+    # Another metric: one error naming it, exit 2, nothing written for the new experiment.
+    bad = _cli("run", str(spec("other", "val_loss", "min")), "--address", ray_address, "--warm-start", str(earlier))
+    assert bad.returncode == 2 and "same metric and mode" in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
+    assert not (tmp_path / "runs" / "other").exists()
+
+    before = {p: p.stat().st_mtime_ns for p in earlier.rglob("*")}
+    r = _cli("run", str(spec("warm")), "--address", ray_address, "--warm-start", str(earlier))
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    # The earlier run's 6 trials (2 finished 3 epochs at least, the rest stopped at epoch 1) come
+    # in with their epochs moved to the new 2-epoch scale.
+    assert f"warm start: 6 trials from {earlier}" in r.stdout, r.stdout[-3000:]
+    assert "warm start: epochs rescaled x0.666667 (max_epochs 3 -> 2)" in r.stdout, r.stdout[-3000:]
+    study = optuna.load_study(study_name="warm", storage=journal_storage(tmp_path / "runs" / "warm" / JOURNAL))
+    warm = [t for t in study.trials if "warm_start" in t.user_attrs]
+    new = [t for t in study.trials if "warm_start" not in t.user_attrs]
+    assert [t.number for t in warm] == list(range(6)) and len(new) == 4, study.trials   # told first
+    old = optuna.load_study(study_name="promote", storage=journal_storage(earlier / JOURNAL))
+    assert sorted(t.params["lr"] for t in warm) == sorted(t.params["lr"] for t in old.trials)
+    assert all(set(t.intermediate_values) <= {1, 2} for t in warm)
+    assert {p: p.stat().st_mtime_ns for p in earlier.rglob("*")} == before   # the earlier folder untouched
 
 
 @pytest.mark.timeout(600)
