@@ -170,8 +170,8 @@ class FidelitySearcher(SlotSearcher):
         self.unjudged: dict[str, int] = {}        # trial -> the first rung it reached unjudged
         self.last_results: dict[str, dict] = {}
         self.reported: dict[str, set[int]] = {}
-        # For cloud storage: the local journal, copied beside each snapshot so that Tune
-        # uploads it with the rest of the experiment's state.
+        # For cloud storage: the local journal (and ASHA's rung records beside it), copied beside
+        # each snapshot so that Tune uploads them with the rest of the experiment's state.
         self.journal_upload: str | None = None
         # Set by `resume` to the experiment folder where it is now: Tune restores a searcher
         # from a staging copy of its snapshot, which does not say where the journal is.
@@ -341,6 +341,11 @@ class FidelitySearcher(SlotSearcher):
             pickle.dump(self.__getstate__(), f)
         if self.journal_upload:
             shutil.copyfile(self.journal_upload, Path(checkpoint_path).parent / JOURNAL)
+            # ASHA's rung records go up with it (they live beside the journal in the local copy).
+            from .scheduler import RUNG_FILE
+            rungs = Path(self.journal_upload).with_name(RUNG_FILE)
+            if rungs.is_file():
+                shutil.copyfile(rungs, Path(checkpoint_path).parent / RUNG_FILE)
 
     def restore(self, checkpoint_path: str) -> None:
         """Tune's snapshot of the searcher, with its study re-opened from the journal in the

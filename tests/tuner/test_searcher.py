@@ -210,3 +210,22 @@ def test_a_diverging_trials_loss_at_a_rung_does_not_let_chance_level_trials_thro
     # recorded, the cutoff by rank is 0.5; Ray's interpolated cutoff is about 333.
     assert decisions() == ["CONTINUE", "CONTINUE", "STOP", "CONTINUE"]
     assert decisions("interpolated") == ["CONTINUE", "CONTINUE", "CONTINUE", "CONTINUE"]
+
+
+def test_the_snapshot_of_a_cloud_experiment_carries_the_journal_and_the_rung_records(tmp_path):
+    """For s3:// and gs:// experiments Tune uploads the searcher's snapshot folder: the journal
+    and ASHA's rung file (both in the local copy of the folder) go there with each snapshot."""
+    from tuner.scheduler import RUNG_FILE
+    from tuner.searcher import JOURNAL
+    local, staging = tmp_path / "local", tmp_path / "staging"
+    local.mkdir()
+    staging.mkdir()
+    s = searcher(study_name="exp", journal=local / JOURNAL)
+    s.journal_upload = str(local / JOURNAL)
+    run(s, "a", 1)
+    s.save(str(staging / "searcher-state.pkl"))
+    assert (staging / JOURNAL).read_bytes() == (local / JOURNAL).read_bytes()
+    assert not (staging / RUNG_FILE).exists()        # none yet: nothing is made up
+    (local / RUNG_FILE).write_text('{"format": 1}')
+    s.save(str(staging / "searcher-state.pkl"))
+    assert (staging / RUNG_FILE).read_text() == '{"format": 1}'
