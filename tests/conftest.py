@@ -43,3 +43,30 @@ def ray_address(tmp_path_factory):
     os.environ["TUNER_TEST_DASHBOARD_URL"] = ctx.dashboard_url or ""  # for the network-exposure test
     yield ctx.address_info["address"]
     ray.shutdown()
+
+
+HOST_READS = ("item", "tolist", "__float__", "__int__", "__bool__", "__index__", "numpy", "cpu")
+
+
+@pytest.fixture
+def host_reads(monkeypatch):
+    """Counts every read of a tensor's value by Python code, and every Python number written
+    into a tensor element (`t[i] = 0.0`: on CUDA a copy from the host that waits for the GPU,
+    which torch.cuda.set_sync_debug_mode reports; the GPU run counted 18 syncs in 16 steps: one
+    such write per step and the two syncs)."""
+    count = []
+    for name in HOST_READS:
+        real = getattr(torch.Tensor, name)
+
+        def spy(self, *a, _real=real, **k):
+            count.append(1)
+            return _real(self, *a, **k)
+        monkeypatch.setattr(torch.Tensor, name, spy)
+    real_set = torch.Tensor.__setitem__
+
+    def set_spy(self, index, value):
+        if not isinstance(value, torch.Tensor):
+            count.append(("write", index))
+        return real_set(self, index, value)
+    monkeypatch.setattr(torch.Tensor, "__setitem__", set_spy)
+    return count

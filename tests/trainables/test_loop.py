@@ -89,3 +89,20 @@ def test_model_histograms_and_graph_are_written_only_when_asked(tmp_path):
     assert [e.step for e in acc.Histograms(tags["histograms"][0])] == [1, 2]
     train_loop(digits_config(tmp_path / "cache", epochs=1, tb_dir=str(tmp_path / "off")), PlainSession("cpu"))
     assert not (tmp_path / "off").exists()                      # off by default
+
+
+def test_an_epoch_reads_the_host_once_per_sync_every_steps_and_a_fixed_number_of_times_more(cache_dir, host_reads):
+    """The loop around the step does not wait for the device either: an epoch with twice the
+    steps (half the batch) reads the host only sync_every-many times more (the CPU stand-in for
+    the GPU's sync count; tests/trainables/conftest.py says what is counted)."""
+    def reads(batch: int) -> tuple[int, int]:
+        from trainables.loop import _Trial
+        trial = _Trial(digits_config(cache_dir, micro_batch_size=batch, sync_every=4, optimizer="sgd"),
+                       PlainSession("cpu"))
+        host_reads.clear()
+        trial.train_epoch(1)
+        return len(host_reads), trial.steps_per_epoch
+    few, few_steps = reads(64)
+    many, many_steps = reads(32)
+    assert many_steps >= 2 * few_steps - 1
+    assert many - few <= (many_steps - few_steps) // 4 + 1, (few, many, few_steps, many_steps)

@@ -103,23 +103,6 @@ def fused_step(model, loss_fn=ce, **kw):
     return TrainStep(model, opt, loss_fn=loss_fn, device=torch.device("cpu"), **kw)
 
 
-HOST_READS = ("item", "tolist", "__float__", "__int__", "__bool__", "__index__", "numpy", "cpu")
-
-
-@pytest.fixture
-def host_reads(monkeypatch):
-    """Counts every read of a tensor's value by Python code (on CUDA each one waits for the GPU)."""
-    count = []
-    for name in HOST_READS:
-        real = getattr(torch.Tensor, name)
-
-        def spy(self, *a, _real=real, **k):
-            count.append(1)
-            return _real(self, *a, **k)
-        monkeypatch.setattr(torch.Tensor, name, spy)
-    return count
-
-
 def test_the_fused_step_reads_the_host_once_per_sync_every_steps(host_reads):
     torch.manual_seed(3)
     step = fused_step(mlp(), sync_every=5, grad_clip=1.0)

@@ -161,7 +161,7 @@ class TrainStep:
             pending = None
         flags = self._flags
         flags[0] = (~torch.isfinite(loss_sum)).float()
-        flags[1] = float(oom is not None)
+        flags[1].fill_(1.0 if oom is not None else 0.0)   # `flags[1] = 0.0` copies from the host: a sync on CUDA
         if self.distributed:
             dist.all_reduce(flags)   # no host read: the result stays on the device
         if not self.on_device:
@@ -249,6 +249,6 @@ class TrainStep:
         self._since_sync = 0
         values = self._acc.tolist()
         self._check(values)
-        self._acc[LOSS:RUN] = 0
+        self._acc[LOSS:RUN].zero_()
         return {"loss_sum": values[LOSS], "correct": values[CORRECT], "counted": values[COUNTED],
                 "norm_sum": values[NORM], "applied": values[APPLIED], "samples": values[SAMPLES]}
