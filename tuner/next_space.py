@@ -112,6 +112,8 @@ def next_experiment(exp: Experiment, ts: list[Trial], k: int = TOP_K) -> tuple[d
     data["name"] = f"{exp.name}-next"
     data.pop("storage_path", None)
     data["storage_path"] = exp.storage_path
+    if exp.search:   # the next search starts from this one's trials (those inside its ranges)
+        data["warm_start"] = exp.location
     notes: list[str] = []
     if not top:
         return data, ["no trial finished a rung with status ok: the space is kept as it was"], rung, top

@@ -127,6 +127,10 @@ def test_next_yaml_validates_holds_the_top_trials_and_narrows(report):
     text = Path(out["next"]).read_text()
     nxt = parse(text, out["next"])
     assert nxt.name == "rep-next"
+    assert nxt.warm_start == str(exp.exp_dir)   # it starts from this run's trials inside its ranges
+    from tuner.warmstart import warm_trials
+    warm, notes = warm_trials(nxt)
+    assert len(warm) >= TOP_K and notes[0] == f"warm start: {len(warm)} trials from {exp.exp_dir}"
     _, top = top_k(exp, load(exp), TOP_K)
     assert len(top) == TOP_K
     narrower = []
