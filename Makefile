@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test check install clean
+.PHONY: demo test check install clean peers-env
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -39,5 +39,14 @@ check: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
+# The search frontier benchmark's peers in an environment of their own (syne-tune 0.13.0 pins
+# numpy below 2, which the project's torch and Ray do not take): benchmarks/frontier_peers.py.
+PEERS := .venv-peers
+peers-env:
+	test -x $(PEERS)/bin/python || $(PYTHON) -m venv $(PEERS)
+	$(PEERS)/bin/python -m pip install --quiet --upgrade pip
+	$(PEERS)/bin/python -m pip install --quiet "syne-tune[gpsearchers,blackbox-repository]==0.13.0" \
+	  "dehb==0.1.2" "scikit-learn==1.7.2" "pyarrow==16.1.0"
+
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) $(PEERS) build *.egg-info

@@ -69,6 +69,7 @@ import numpy as np
 import optuna
 import ray
 import ray.tune.search.optuna  # tune.search.optuna.OptunaSearch below: the peer searcher
+from hartmann import BIAS_AT, BIAS_SCALE, H_MAX, bias, hartmann  # noqa: F401 - the tests read them here
 from levers import TopFraction, variant_searcher
 from ray import tune
 from scipy import stats
@@ -113,12 +114,6 @@ CONCURRENCY = 2
 
 # ---------------------------------------------------------------- Hartmann-6 with an epoch fidelity
 
-H_ALPHA = np.array([1.0, 1.2, 3.0, 3.2])
-H_A = np.array([[10, 3, 17, 3.5, 1.7, 8], [0.05, 10, 17, 0.1, 8, 14],
-                [3, 3.5, 1.7, 10, 17, 8], [17, 8, 0.05, 10, 0.1, 14]])
-H_P = 1e-4 * np.array([[1312, 1696, 5569, 124, 8283, 5886], [2329, 4135, 8307, 3736, 1004, 9991],
-                       [2348, 1451, 3522, 2883, 3047, 6650], [4047, 8828, 8732, 5743, 1091, 381]])
-H_MAX = 3.32237   # of f = -Hartmann
 # The space the unit cube is rescaled to: settings of the kinds a training search has.
 H_SPACE = {"x0": SearchEntry(type="loguniform", low=1e-4, high=1.0),
            "x1": SearchEntry(type="loguniform", low=1e-3, high=10.0),
@@ -126,20 +121,6 @@ H_SPACE = {"x0": SearchEntry(type="loguniform", low=1e-4, high=1.0),
            "x3": SearchEntry(type="uniform", low=-1.0, high=1.0),
            "x4": SearchEntry(type="uniform", low=0.0, high=10.0),
            "x5": SearchEntry(type="uniform", low=0.5, high=2.0)}
-BIAS_AT = np.array([0.9, 0.1, 0.9, 0.9, 0.1, 0.9])   # where the bias peaks: far from the optimum
-BIAS_SCALE = 2.0
-
-
-def hartmann(u: np.ndarray) -> float:
-    """f = -Hartmann-6 on the unit cube (maximum H_MAX)."""
-    return float(np.sum(H_ALPHA * np.exp(-np.sum(H_A * (u - H_P) ** 2, axis=1))))
-
-
-def bias(u: np.ndarray) -> float:
-    """>= 0, smooth, BIAS_SCALE at BIAS_AT and fading away from it."""
-    return BIAS_SCALE * float(np.exp(-2.0 * np.sum((u - BIAS_AT) ** 2)))
-
-
 def unit(config: dict[str, Any]) -> np.ndarray:
     out = []
     for k, e in H_SPACE.items():

@@ -1,0 +1,187 @@
+"""The frontier benchmark's peers, each through its own library, in their own environment.
+
+    make peers-env                                   # .venv-peers: syne-tune 0.13.0, DEHB 0.1.2
+    .venv-peers/bin/python benchmarks/frontier_peers.py --seeds 0-9 --out /tmp/peers.json
+
+Syne Tune 0.13.0's promotion-type ASHA, MOBSTER and Hyper-Tune run on its own simulated backend
+(UserBlackboxBackend with a Blackbox of benchmarks/hartmann.py's objective: a paused trial
+resumes where it stopped, time is the cumulative cost of its epochs); DEHB 0.1.2 through its
+ask/tell interface on a clock with the same workers (each job trains from scratch to its
+fidelity, as DEHB assumes).  The space is the unit cube, which is what tuner's search space maps
+to (search_efficiency.H_SPACE: log ranges are uniform there).  Budget, benchmarks, workers and
+the regret are hartmann.py's, the same as search_frontier.py's.  Writes, per method, benchmark and
+seed, the regret curve on search_frontier's time grid, as JSON; search_frontier.py --peers reads
+it.  Imports nothing of tuner: syne-tune 0.13.0 pins numpy below 2.
+"""
+from __future__ import annotations
+
+import argparse
+import heapq
+import itertools
+import json
+import logging
+import math
+import os
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import hartmann as hm
+
+GRID = 200
+SYNE = ("syne_asha_promotion", "syne_mobster", "syne_hypertune")
+METHODS = (*SYNE, "dehb")
+
+
+def on_grid(curve: list[tuple[float, float]], units: float) -> list[float]:
+    times = np.linspace(0, units, GRID)
+    out, i = [], 0
+    for x in times:
+        while i + 1 < len(curve) and curve[i + 1][0] <= x:
+            i += 1
+        out.append(curve[i][1])
+    return out
+
+
+def incumbent_curve(rows: list[tuple[float, float, float]]) -> list[tuple[float, float]]:
+    """(time, regret) each time a better value arrives at full fidelity; rows: (time, value, f)."""
+    best, curve = -math.inf, [(0.0, 1.0)]
+    for t, v, f in sorted(rows):
+        if v > best:
+            best = v
+            curve.append((t, hm.regret(f)))
+    return curve
+
+
+def noise_rng(u: np.ndarray, seed: int) -> np.random.Generator:
+    """The same noise for the same configuration and seed, whoever asks."""
+    return np.random.default_rng([seed, *np.round(u * 1e9).astype(np.int64).tolist()])
+
+
+# ---------------------------------------------------------------- Syne Tune
+
+def syne_run(method: str, bench: str, seed: int) -> list[tuple[float, float]]:
+    from syne_tune import StoppingCriterion, Tuner
+    from syne_tune.backend.simulator_backend.simulator_callback import SimulatorCallback
+    from syne_tune.blackbox_repository.blackbox import Blackbox
+    from syne_tune.blackbox_repository.simulated_tabular_backend import UserBlackboxBackend
+    from syne_tune.config_space import randint, uniform
+    from syne_tune.experiments import load_experiment
+    from syne_tune.optimizer.baselines import ASHA, MOBSTER, HyperTune
+
+    names = [f"x{i}" for i in range(6)]
+
+    class Hartmann(Blackbox):
+        def __init__(self):
+            super().__init__(configuration_space={k: uniform(0.0, 1.0) for k in names},
+                             fidelity_space={"epoch": randint(1, hm.EPOCHS)},
+                             objectives_names=["value", "elapsed_time", "f"])
+
+        @property
+        def fidelity_values(self):
+            return np.arange(1, hm.EPOCHS + 1)
+
+        def _objective_function(self, configuration, fidelity=None, seed=None):
+            u = np.array([configuration[k] for k in names])
+            rng = noise_rng(u, 0 if seed is None else seed)
+            rows = []
+            for e in range(1, hm.EPOCHS + 1):
+                v, f = hm.value(bench, u, e, rng)
+                rows.append([v, hm.cost(u) * e, f])
+            rows = np.array(rows)
+            if fidelity is None:
+                return rows
+            return dict(zip(self.objectives_names, rows[int(fidelity["epoch"]) - 1]))
+
+    config_space = {**{k: uniform(0.0, 1.0) for k in names}, "epochs": hm.EPOCHS}
+    common = {"metric": "value", "mode": "max", "resource_attr": "epoch", "max_resource_attr": "epochs",
+              "random_seed": seed}
+    if method == "syne_asha_promotion":
+        scheduler = ASHA(config_space, type="promotion", **common)
+    elif method == "syne_mobster":
+        scheduler = MOBSTER(config_space, **common)
+    else:
+        scheduler = HyperTune(config_space, **common)
+    backend = UserBlackboxBackend(blackbox=Hartmann(), elapsed_time_attr="elapsed_time", max_resource_attr="epochs",
+                                  seed=seed)
+    name = f"peers-{method}-{bench}-{seed}".replace("_", "-")
+    tuner = Tuner(trial_backend=backend, scheduler=scheduler, n_workers=hm.WORKERS, sleep_time=0,
+                  stop_criterion=StoppingCriterion(max_wallclock_time=hm.BUDGET_UNITS),
+                  callbacks=[SimulatorCallback()], results_update_interval=1e9, print_update_interval=1e9,
+                  save_tuner=False, tuner_name=name, metadata={"seed": seed})
+    tuner.run()
+    df = load_experiment(tuner.name).results
+    full = df[df["epoch"] == hm.EPOCHS]
+    rows = [(float(t), float(v), float(f)) for t, v, f in zip(full["st_tuner_time"], full["value"], full["f"])
+            if t <= hm.BUDGET_UNITS]
+    return incumbent_curve(rows)
+
+
+# ---------------------------------------------------------------- DEHB
+
+def dehb_run(bench: str, seed: int) -> list[tuple[float, float]]:
+    from dehb import DEHB
+    out = tempfile.mkdtemp(prefix="dehb-")
+    opt = DEHB(f=None, dimensions=6, configspace=False, min_fidelity=1, max_fidelity=hm.EPOCHS, eta=3,
+               n_workers=1, seed=seed, output_path=out)   # ask/tell only: no Dask cluster of its own
+    events: list[tuple[float, int, dict]] = []
+    order = itertools.count()
+    rows = []
+    for _ in range(hm.WORKERS):
+        job = opt.ask()
+        u = np.clip(np.asarray(job["config"], dtype=float), 0, 1)
+        heapq.heappush(events, (hm.cost(u) * job["fidelity"], next(order), job))
+    while events:
+        now, _, job = heapq.heappop(events)
+        if now > hm.BUDGET_UNITS:
+            break
+        u = np.clip(np.asarray(job["config"], dtype=float), 0, 1)
+        epoch = round(job["fidelity"])
+        v, f = hm.value(bench, u, epoch, noise_rng(u, seed))
+        opt.tell(job, {"fitness": -v, "cost": hm.cost(u) * epoch})
+        if epoch == hm.EPOCHS:
+            rows.append((now, v, f))
+        nxt = opt.ask()
+        un = np.clip(np.asarray(nxt["config"], dtype=float), 0, 1)
+        heapq.heappush(events, (now + hm.cost(un) * nxt["fidelity"], next(order), nxt))
+    return incumbent_curve(rows)
+
+
+def seeds_of(text: str) -> list[int]:
+    lo, _, hi = text.partition("-")
+    return list(range(int(lo), int(hi or lo) + 1))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--seeds", default="0-9", help="a range, e.g. 0-29")
+    ap.add_argument("--methods", default=",".join(METHODS))
+    ap.add_argument("--units", type=float, default=hm.BUDGET_UNITS)
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    warnings.simplefilter("ignore")
+    logging.disable(logging.WARNING)
+    os.environ.setdefault("SYNETUNE_FOLDER", tempfile.mkdtemp(prefix="syne-"))
+    hm.BUDGET_UNITS = args.units
+    out: dict = {"units": args.units, "grid": GRID, "curves": {}, "seconds": {}}
+    t0 = time.monotonic()
+    for method in args.methods.split(","):
+        for bench in hm.BENCHMARKS:
+            t = time.monotonic()
+            curves = [on_grid(dehb_run(bench, s) if method == "dehb" else syne_run(method, bench, s), args.units)
+                      for s in seeds_of(args.seeds)]
+            out["curves"].setdefault(method, {})[bench] = curves
+            out["seconds"].setdefault(method, {})[bench] = round(time.monotonic() - t, 1)
+            print(f"{method} {bench}: final regret {np.mean([c[-1] for c in curves]):.4f} over {len(curves)} seeds "
+                  f"({time.monotonic() - t:.0f} s) [{time.monotonic() - t0:.0f} s]", flush=True)
+            Path(args.out).write_text(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
