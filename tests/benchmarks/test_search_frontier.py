@@ -60,3 +60,27 @@ def test_searcher_scale_times_suggestions_at_each_size():
     bench = json.loads(r.stdout.strip().splitlines()[-1].removeprefix("BENCH "))
     assert set(bench["sizes"]) == {"20", "40"} and bench["met"] is False   # 5,000 trials not reached
     assert all(v["suggest"]["median_ms"] > 0 for v in bench["sizes"].values())
+
+
+@pytest.mark.timeout(180)
+def test_peers_curves_from_their_own_environment_are_merged_paired_by_seed(tmp_path):
+    """frontier_peers.py writes curves on the same grid; a peer that never finds anything (regret
+    1 throughout) is one ours is significantly ahead of on both benchmarks.  A file written for
+    another budget is refused."""
+    units = sf.BUDGET_UNITS / 4   # --smoke's
+    flat = {b: [[1.0] * sf.GRID for _ in range(2)] for b in sf.BENCHMARKS}
+    (tmp_path / "p.json").write_text(json.dumps({"units": units, "grid": sf.GRID, "curves": {"never": flat}}))
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "search_frontier.py"), "--smoke", "--methods",
+                        "ours_stopping,ours_promotion", "--peers", str(tmp_path / "p.json")],
+                       capture_output=True, text=True, timeout=170, cwd=ROOT, check=False)
+    assert r.returncode == 0, r.stderr[-3000:]
+    bench = json.loads(r.stdout.strip().splitlines()[-1].removeprefix("BENCH "))
+    assert bench["peers_run"] == ["never"] and "never (2 seeds)" in r.stdout
+    for b in sf.BENCHMARKS:
+        row = bench["table"][b]["never"]
+        assert row["area"][0] == 1.0 and row["seeds"] == 2 and row["area_ratio_ours_stopping_over_this"][2] < 1
+    assert bench["ours_significantly_ahead_on"]["never"] == list(sf.BENCHMARKS)
+    (tmp_path / "q.json").write_text(json.dumps({"units": 1.0, "grid": sf.GRID, "curves": {"never": flat}}))
+    bad = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "search_frontier.py"), "--smoke", "--peers",
+                          str(tmp_path / "q.json")], capture_output=True, text=True, timeout=60, cwd=ROOT, check=False)
+    assert bad.returncode == 2 and "written for a budget of 1.0 units" in bad.stderr
