@@ -243,3 +243,25 @@ def test_at_one_trial_at_a_time_a_due_promotion_waits_for_the_slot_and_keeps_it(
     assert s2.choose_trial_to_run(ctl2) is None and s2.paused == {"x": 1, "y": 1}
     z.status = Trial.TERMINATED
     assert s2.choose_trial_to_run(ctl2) is x
+
+
+def test_reproducible_refuses_what_would_make_a_rerun_differ():
+    import yaml
+
+    from tuner.config import parse
+    from tuner.schema import ExperimentError
+
+    def problems(**budget):
+        d = {"name": "r", "reproducible": True, "train": {"dataset": "synthetic"},
+             "budget": {"num_samples": 4, "max_epochs": 3, **budget}}
+        try:
+            exp = parse(yaml.safe_dump(d))
+        except ExperimentError as e:
+            return e.problems
+        assert exp.base_config()["deterministic"] is True   # trials train deterministically
+        return []
+    assert problems() == [] and problems(max_concurrent_trials=1) == []
+    (p,) = problems(max_concurrent_trials=2)
+    assert p.startswith("budget.max_concurrent_trials: 2 with reproducible: true")
+    (p,) = problems(time_limit_s=60)
+    assert p.startswith("budget.time_limit_s: 60 with reproducible: true")
