@@ -266,8 +266,15 @@ def promotion_problems(exp: Experiment) -> list[str]:
         if e is not None:   # every whole number of a range, not only its ends
             values.update(range(int(e.lo), int(e.hi) + 1) if e.type == "int" else candidates(e))
     bad = sorted(v for v in values if isinstance(v, int) and any(r % v for r in rungs))
+    out = []
+    if exp.budget.time_limit_s:
+        # Tune's time limit ends the trials waiting at a rung without telling the scheduler, and
+        # saves them as paused: the search would end with trials neither promoted nor finished.
+        out.append(f"budget.time_limit_s: {exp.budget.time_limit_s:g} with budget.asha: promotion, whose search ends "
+                   "when num_samples trials have started and the trials waiting at a rung are finished; bound the "
+                   "search with num_samples, or use budget.asha: stopping")
     if not bad:
-        return []
-    return [(f"train.checkpoint_every: {bad[0]} writes no checkpoint at every rung epoch {list(rungs)}, where "
+        return out
+    return out + [(f"train.checkpoint_every: {bad[0]} writes no checkpoint at every rung epoch {list(rungs)}, where "
              "budget.asha: promotion pauses trials and later resumes them from a checkpoint; use a value that "
              "divides every rung (1 always does), or budget.asha: stopping")]

@@ -207,6 +207,12 @@ def test_promotion_needs_a_checkpoint_at_every_rung():
     assert problems("stopping", train={"dataset": "synthetic", "checkpoint_every": 2}) == []
     (p,) = problems("sometimes")
     assert "budget.asha" in p and "sometimes" in p
+    d = {"name": "p", "train": {"dataset": "synthetic"},
+         "budget": {"num_samples": 4, "max_epochs": 9, "asha": "promotion", "time_limit_s": 600}}
+    with pytest.raises(ExperimentError) as e:
+        parse(yaml.safe_dump(d))
+    (p,) = e.value.problems
+    assert p.startswith("budget.time_limit_s: 600 with budget.asha: promotion")
 
 
 def test_at_one_trial_at_a_time_a_due_promotion_waits_for_the_slot_and_keeps_it():
