@@ -246,14 +246,12 @@ def experiment_problems(exp: Experiment) -> list[str]:
     if exp.reproducible and b.time_limit_s:
         p.append(f"budget.time_limit_s: {b.time_limit_s:g} with reproducible: true: a time limit ends the search "
                  "after however many trials fit in it; remove time_limit_s, or reproducible: false")
-
     if exp.second_objective and exp.second_objective.metric == exp.metric:
         p.append("second_objective.metric: must differ from metric")
     if exp.resources.accelerator and exp.resources.gpus_per_worker == 0:
         p.append(f"resources.accelerator: {exp.resources.accelerator!r} names a GPU type but resources.gpus_per_worker "
                  "is 0; set gpus_per_worker, or remove accelerator")
     return p
-
 
 
 def promotion_problems(exp: Experiment) -> list[str]:
@@ -273,8 +271,8 @@ def promotion_problems(exp: Experiment) -> list[str]:
         out.append(f"budget.time_limit_s: {exp.budget.time_limit_s:g} with budget.asha: promotion, whose search ends "
                    "when num_samples trials have started and the trials waiting at a rung are finished; bound the "
                    "search with num_samples, or use budget.asha: stopping")
-    if not bad:
-        return out
-    return out + [(f"train.checkpoint_every: {bad[0]} writes no checkpoint at every rung epoch {list(rungs)}, where "
-             "budget.asha: promotion pauses trials and later resumes them from a checkpoint; use a value that "
-             "divides every rung (1 always does), or budget.asha: stopping")]
+    if bad:
+        out.append(f"train.checkpoint_every: {bad[0]} writes no checkpoint at every rung epoch {list(rungs)}, where "
+                   "budget.asha: promotion pauses trials and later resumes them from a checkpoint; use a value that "
+                   "divides every rung (1 always does), or budget.asha: stopping")
+    return out

@@ -55,6 +55,7 @@ class RungScheduler(TrialScheduler):
         self.paused: dict[str, int] = {}    # trial -> the rung it waits at
         self.stopped: dict[str, int] = {}   # trial -> the rung it was finished at (promotion mode)
         self.waiting_before: set[str] = set()   # paused when the rung file was read back
+        self.tops: dict[int, tuple[int, list[str]]] = {}   # rung -> (records then, their top set)
         self.loaded = False
 
     # ------------------------------------------------------------ Tune's calls
@@ -122,9 +123,7 @@ class RungScheduler(TrialScheduler):
         trials = list(tune_controller.get_trials())
         for t in trials:
             if t.status == Trial.PAUSED and t.trial_id in self.stopped:
-                tune_controller.stop_trial(t)
-                from . import _compat
-                _compat.mark_trial_state(tune_controller, t)
+                end(tune_controller, t)
         if self.promotion:
             searcher = slot_searcher(tune_controller)
             cap = getattr(searcher, "max_concurrent", 0)
@@ -169,8 +168,11 @@ class RungScheduler(TrialScheduler):
         """The trials recorded at `rung` that may go on from it: the best floor(n / eta), ties
         by who recorded first."""
         rec = self.recorded[rung]
-        order = sorted(rec, key=lambda t: -rec[t])   # stable: ties keep their recording order
-        return order[:int(len(rec) // self.eta)]
+        known = self.tops.get(rung)
+        if known is None or known[0] != len(rec):   # records are only ever added: their count dates the set
+            order = sorted(rec, key=lambda t: -rec[t])   # stable: ties keep their recording order
+            known = self.tops[rung] = (len(rec), order[:int(len(rec) // self.eta)])
+        return known[1]
 
     def pause_or_go(self, tid: str, rung: int) -> str:
         if tid in self.promoted[rung] or (tid in self.top(rung) and tid not in self.stopped):
@@ -208,9 +210,7 @@ class RungScheduler(TrialScheduler):
                 self.stopped[t.trial_id] = rung
                 del self.paused[t.trial_id]
                 self.save()
-                tune_controller.stop_trial(t)
-                from . import _compat
-                _compat.mark_trial_state(tune_controller, t)
+                end(tune_controller, t)
 
     def hold_slots(self, searcher, trials: list[Trial]) -> None:
         """Tells the searcher which trials wait at a rung with no promotion due: they hold no
@@ -255,12 +255,21 @@ class RungScheduler(TrialScheduler):
         self.paused = {t: int(r) for t, r in s["paused"].items()}
         self.stopped = {t: int(r) for t, r in s["stopped"].items()}
         self.waiting_before = set(self.paused)
+        self.tops = {}
 
     def __getstate__(self) -> dict[str, Any]:
         # Tune pickles the scheduler once, at the start; what it learns is in the rung file.
         state = dict(self.__dict__)
         state["loaded"] = False
         return state
+
+
+def end(tune_controller, trial: Trial) -> None:
+    """A paused trial ended through Tune's controller, and saved as ended (see
+    _compat.mark_trial_state)."""
+    from . import _compat
+    tune_controller.stop_trial(trial)
+    _compat.mark_trial_state(tune_controller, trial)
 
 
 def slot_searcher(tune_controller):
