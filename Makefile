@@ -39,14 +39,15 @@ check: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
-# The search frontier benchmark's peers in an environment of their own (syne-tune 0.13.0 pins
-# numpy below 2, which the project's torch and Ray do not take): benchmarks/frontier_peers.py.
+# The search frontier benchmark's peers in an environment of their own (syne-tune 0.13.0 and
+# mf-prior-bench pin numpy below 2, which the project's torch and Ray do not take):
+# benchmarks/frontier_peers.py; search_frontier.py reaches mf-prior-bench there (mfh_oracle.py).
 PEERS := .venv-peers
 peers-env:
 	test -x $(PEERS)/bin/python || $(PYTHON) -m venv $(PEERS)
 	$(PEERS)/bin/python -m pip install --quiet --upgrade pip
-	$(PEERS)/bin/python -m pip install --quiet "syne-tune[gpsearchers,blackbox-repository]==0.13.0" \
-	  "dehb==0.1.2" "scikit-learn==1.7.2" "pyarrow==16.1.0"
+	$(PEERS)/bin/python -m pip install --quiet "syne-tune[gpsearchers,kde,blackbox-repository]==0.13.0" \
+	  "dehb==0.1.2" "scikit-learn==1.7.2" "pyarrow==16.1.0" "statsmodels==0.14.4" "mf-prior-bench==1.10.0"
 
 clean:
 	rm -rf $(VENV) $(PEERS) build *.egg-info

@@ -69,7 +69,7 @@ import numpy as np
 import optuna
 import ray
 import ray.tune.search.optuna  # tune.search.optuna.OptunaSearch below: the peer searcher
-from hartmann import BIAS_AT, BIAS_SCALE, H_MAX, bias, hartmann  # noqa: F401 - the tests read them here
+from frontier_bench import BIAS_AT, BIAS_SCALE, H_MAX, bias, hartmann  # noqa: F401 - the tests read them here
 from levers import TopFraction, variant_searcher
 from ray import tune
 from scipy import stats

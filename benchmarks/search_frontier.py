@@ -1,28 +1,28 @@
 """Asynchronous multi-fidelity search on a simulated clock: ours (ASHA stopping or promotion)
-against Ray's stock OptunaSearch + ASHAScheduler and random search under ASHA.
+against Ray's stock OptunaSearch + ASHAScheduler and random search under ASHA, and the peers
+that frontier_peers.py runs in their own environment (--peers).
 
-    .venv/bin/python benchmarks/search_frontier.py --smoke      # 2 seeds, a short budget (~1 min)
+    .venv/bin/python benchmarks/search_frontier.py --smoke      # 2 seeds, a quarter of the budget
     .venv/bin/python benchmarks/search_frontier.py --quick      # 10 seeds
-    .venv/bin/python benchmarks/search_frontier.py              # 30 seeds
+    .venv/bin/python benchmarks/search_frontier.py --jobs 2     # 30 seeds, two processes
 
 Every method runs through its Tune interfaces (Searcher.suggest / on_trial_result /
 on_trial_complete, TrialScheduler.on_trial_result / choose_trial_to_run) in this process, driven
-by a clock with WORKERS workers: each epoch of a trial takes that configuration's own time
-(COST: 0.5 to 2 units, from one of its settings), a trial that ASHA pauses gives its worker up
-and resumes where it stopped when promoted, and the clock is the only source of order.
+by a clock with WORKERS workers: each epoch of a trial takes that configuration's own time, a
+trial that ASHA pauses gives its worker up and resumes where it stopped when promoted, and the
+clock is the only source of order.
 
-Benchmarks (Hartmann-6 with an epoch fidelity, `search_efficiency.H_SPACE`):
-  h6_bias  the value at epoch e is f + (1 - e/E) * bias, a bias that peaks far from the optimum:
-           low fidelities mislead.
-  h6_good  the value at epoch e is f * (0.6 + 0.4 e/E) plus noise that shrinks with e: low
-           fidelities rank configurations nearly as the full one does.
-Budget, fixed for both: simulated time for 100 full-fidelity evaluations of an average
-configuration (E = 9 epochs, mean cost 1.25) spread over 4 workers = 281.25 units.
+Benchmarks (frontier_bench.py): h6_bias and h6_good (Hartmann-6 with a 9-epoch fidelity whose
+low fidelities mislead or help), mfh6_good and mfh6_bad (mf-prior-bench's multi-fidelity
+Hartmann, 100 fidelities, through its own code in .venv-peers; skipped, and said so, when that
+environment is absent) and digits (a table of real training runs).  Budgets, fixed before any
+run: simulated time for 100 full-fidelity evaluations of an average configuration over 4
+workers (`python benchmarks/frontier_bench.py` prints them).
 
-Scored: normalized regret (H_MAX - f of the best trial finished at E epochs, / H_MAX; 1 before
-any) against simulated time, its area under the curve (mean over time, lower is better), the
-final regret, and the time to reach a target regret; the ratio of mean areas ours/peer with a 95 %
-bootstrap interval over seeds (paired).  Peers that live in other libraries (Syne Tune, DEHB) are not run here.
+Scored: normalized regret (of the best trial finished at full fidelity; 1 before any) against
+simulated time, its area under the curve (mean over time, lower is better), the final regret,
+and the time to reach a target regret; the ratio of mean areas ours/peer with a 95 % bootstrap
+interval over seeds (paired).  On digits, warm start is measured too (warm_vs_cold).
 Ends with one line `BENCH {json}`.
 """
 from __future__ import annotations
@@ -44,28 +44,67 @@ import optuna
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import hartmann as hm
+import frontier_bench as fb
 import search_efficiency as se
 
-from tuner.schema import Budget
+from tuner.schema import Budget, SearchEntry
 from tuner.searcher import make_searcher
 from tuner.tuning import asha
 
-WORKERS, EPOCHS, BUDGET_UNITS, BENCHMARKS = hm.WORKERS, hm.EPOCHS, hm.BUDGET_UNITS, hm.BENCHMARKS   # 4, 9, 281.25
+WORKERS, BENCHMARKS = fb.WORKERS, fb.BENCHMARKS
 TARGET_REGRET = 0.05
-METHODS = ("ours_stopping", "ours_promotion", "ours_stopping_rm", "ours_promotion_rm", "ray_optuna_asha",
-           "random_asha")
+DEFAULT_METHODS = ("ours_stopping", "ours_promotion", "ours_stopping_rm", "ours_promotion_rm", "ray_optuna_asha",
+                   "random_asha")
+METHODS = (*DEFAULT_METHODS, "ours_stopping_gp", "ours_promotion_gp")   # _gp: ~1 min per run, on request
 GRID = 200   # points of the regret curve
+OURS = f"ours_{Budget.model_fields['asha'].default}"   # the shipped default mode is the one judged
 
 
-def cost(config: dict) -> float:
-    """Time of one epoch of this configuration: 0.5 to 2 units, from x5 (like a batch size)."""
-    return hm.cost(se.unit(config))
+def space(bench: str) -> dict[str, SearchEntry]:
+    """The searched space: Hartmann's six settings (search_efficiency.H_SPACE), or the digits
+    table's (the quickstart's)."""
+    if bench != "digits":
+        return se.H_SPACE
+    return {k: SearchEntry(**e) for k, e in fb.digits_table().space.items()}
+
+
+def unit(bench: str, config: dict) -> np.ndarray:
+    """The point of the unit cube a configuration maps to (a choice: the centre of its bin)."""
+    if bench != "digits":
+        return se.unit(config)
+    out = []
+    for k, e in fb.digits_table().space.items():
+        v = config[k]
+        if e["type"] == "choice":
+            out.append((e["values"].index(v) + 0.5) / len(e["values"]))
+        elif e["type"] == "loguniform":
+            out.append(math.log(v / e["low"]) / math.log(e["high"] / e["low"]))
+        else:
+            out.append((v - e["low"]) / (e["high"] - e["low"]))
+    return np.clip(np.array(out), 0.0, 1.0)
+
+
+def space_point(bench: str, u: np.ndarray) -> dict:
+    """The configuration at a point of the unit cube (the inverse of `unit`; digits only)."""
+    out: dict = {}
+    for x, (k, e) in zip(u, fb.digits_table().space.items()):
+        if e["type"] == "choice":
+            out[k] = e["values"][min(int(x * len(e["values"])), len(e["values"]) - 1)]
+        elif e["type"] == "loguniform":
+            out[k] = math.exp(math.log(e["low"]) + x * math.log(e["high"] / e["low"]))
+        else:
+            out[k] = e["low"] + x * (e["high"] - e["low"])
+    return out
+
+
+def cost(bench: str, config: dict, epoch: int) -> float:
+    """Time of epoch `epoch` of this configuration (frontier_bench.py)."""
+    return fb.epoch_cost(bench, unit(bench, config), epoch)
 
 
 def value(bench: str, config: dict, epoch: int, rng: np.random.Generator) -> tuple[float, float]:
-    """(the value reported at `epoch`, the true f): benchmarks/hartmann.py on the unit cube."""
-    return hm.value(bench, se.unit(config), epoch, rng)
+    """(the value reported at `epoch`, the true full-fidelity f): frontier_bench.py."""
+    return fb.value(bench, unit(bench, config), epoch, rng)
 
 
 class SimTrial:
@@ -106,27 +145,34 @@ class Controller:
         pass
 
 
-def method(who: str, seed: int, budget: Budget):
+def method(who: str, seed: int, budget: Budget, bench: str, warm: list | None = None):
     from ray.tune.schedulers import ASHAScheduler
     from ray.tune.search import ConcurrencyLimiter
     from ray.tune.search.optuna import OptunaSearch
     if who.startswith("ours"):   # _rm: the searcher models the highest rung with enough points
-        s = make_searcher(se.H_SPACE, "value", "max", seed, budget, rung_model=who.endswith("_rm"))
+        s = make_searcher(space(bench), "value", "max", seed, budget, warm=bool(warm),
+                          rung_model="gp" if who.endswith("_gp") else who.endswith("_rm"))
+        for t in warm or []:   # as tuner/tuning.py's build_tuner seeds the study
+            s.study.add_trial(t)
         s.set_max_concurrency(WORKERS)
         sched = asha(budget, "value", "max", promotion="promotion" in who)
         return s, sched
     sampler = optuna.samplers.RandomSampler(seed=seed) if who == "random_asha" else None
     s = OptunaSearch(seed=None if sampler else seed, sampler=sampler)
-    s.set_search_properties("value", "max", {k: se.tune_domain(e) for k, e in se.H_SPACE.items()})
-    sched = ASHAScheduler(time_attr="epoch", metric="value", mode="max", max_t=EPOCHS, grace_period=1,
+    s.set_search_properties("value", "max", {k: se.tune_domain(e) for k, e in space(bench).items()})
+    sched = ASHAScheduler(time_attr="epoch", metric="value", mode="max", max_t=budget.max_epochs, grace_period=1,
                           reduction_factor=3)
     return ConcurrencyLimiter(s, WORKERS), sched
 
 
-def simulate(who: str, bench: str, seed: int, units: float) -> list[tuple[float, float]]:
-    """One search: (time, regret) at each change of the incumbent."""
-    budget = Budget(num_samples=100_000, max_epochs=EPOCHS, grace_epochs=1, reduction_factor=3)
-    searcher, sched = method(who, seed, budget)
+def simulate(who: str, bench: str, seed: int, units: float, warm: list | None = None,
+             study: list | None = None) -> list[tuple[float, float]]:
+    """One search: (time, regret) at each change of the incumbent.  `warm`: an earlier search's
+    study trials to seed ours with (tuner/warmstart.py's replay); `study`: a list that receives
+    this search's study trials when it ends."""
+    epochs = fb.EPOCHS[bench]
+    budget = Budget(num_samples=100_000, max_epochs=epochs, grace_epochs=1, reduction_factor=3)
+    searcher, sched = method(who, seed, budget, bench, warm)
     ctl = Controller(searcher)
     rng = np.random.default_rng(seed + 1000)
     events: list[tuple[float, int, str]] = []
@@ -151,7 +197,7 @@ def simulate(who: str, bench: str, seed: int, units: float) -> list[tuple[float,
                 return
             t.status = "RUNNING"
             free -= 1
-            heapq.heappush(events, (now + cost(t.config), next(order), t.trial_id))
+            heapq.heappush(events, (now + cost(bench, t.config, t.epoch + 1), next(order), t.trial_id))
 
     def end(t: SimTrial, result: dict) -> None:
         nonlocal free
@@ -170,19 +216,56 @@ def simulate(who: str, bench: str, seed: int, units: float) -> list[tuple[float,
         v, f = value(bench, t.config, t.epoch, rng)
         result = {"value": v, "epoch": t.epoch, "training_iteration": t.epoch, "status": "ok"}
         searcher.on_trial_result(tid, result)
-        if t.epoch == EPOCHS and v > best_value:
+        if t.epoch == epochs and v > best_value:
             best_value = v
-            curve.append((now, hm.regret(f)))
+            curve.append((now, fb.regret(bench, f)))
         decision = sched.on_trial_result(ctl, t, result)
-        if t.epoch >= EPOCHS or decision == "STOP":
+        if t.epoch >= epochs or decision == "STOP":
             end(t, result)
         elif decision == "PAUSE":
             t.status = "PAUSED"
             free += 1
         else:
-            heapq.heappush(events, (now + cost(t.config), next(order), tid))
+            heapq.heappush(events, (now + cost(bench, t.config, t.epoch + 1), next(order), tid))
         fill()
+    if study is not None:
+        study.extend(searcher.study.get_trials(deepcopy=True))
     return curve
+
+
+def one_run(job: tuple[str, str, int, float]) -> np.ndarray:
+    """One search's regret on the time grid (a process pool's unit of work)."""
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    warnings.simplefilter("ignore")
+    who, bench, seed, units = job
+    return on_grid(simulate(who, bench, seed, units), units)
+
+
+def warm_vs_cold(bench: str, seeds: list[int], units: float, rng: np.random.Generator) -> dict:
+    """Warm start measured: for each seed, an earlier search (ours, stopping, another seed, half
+    the budget) and then two searches of the full budget paired by seed, one warm-started from
+    the earlier one's study (through tuner.warmstart.replay, as `tuner run --warm-start` does),
+    one cold.  Regret area and final regret, warm - cold, with 95 % bootstrap intervals."""
+    from optuna.trial import TrialState
+
+    from tuner.space import SearchSpace
+    from tuner.warmstart import replay
+    area: dict[str, list[float]] = {"warm": [], "cold": []}
+    final: dict[str, list[float]] = {"warm": [], "cold": []}
+    for seed in seeds:
+        earlier: list = []
+        simulate(OURS, bench, 10_000 + seed, units / 2, study=earlier)
+        warm = [replay(t, SearchSpace(space(bench)), fb.EPOCHS[bench], 1.0, "earlier")
+                for t in earlier if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
+        for kind, w in (("warm", warm), ("cold", None)):
+            g = on_grid(simulate(OURS, bench, seed, units, warm=w), units)
+            area[kind].append(float(g.mean()))
+            final[kind].append(float(g[-1]))
+    diff = lambda a, b: [round(x, 4) for x in boot([x - y for x, y in zip(a, b)], rng)]
+    return {"seeds": len(seeds), "area_warm": [round(x, 4) for x in boot(area["warm"], rng)],
+            "area_cold": [round(x, 4) for x in boot(area["cold"], rng)],
+            "area_warm_minus_cold": diff(area["warm"], area["cold"]),
+            "final_warm_minus_cold": diff(final["warm"], final["cold"])}
 
 
 def on_grid(curve: list[tuple[float, float]], units: float) -> np.ndarray:
@@ -216,13 +299,22 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=30)
     ap.add_argument("--quick", action="store_true", help="10 seeds")
     ap.add_argument("--smoke", action="store_true", help="2 seeds, a quarter of the budget: that it runs")
-    ap.add_argument("--methods", default=",".join(METHODS))
+    ap.add_argument("--methods", default=",".join(DEFAULT_METHODS))
+    ap.add_argument("--benchmarks", default=",".join(BENCHMARKS))
+    ap.add_argument("--jobs", type=int, default=1, help="processes that run searches side by side")
+    ap.add_argument("--warm-seeds", type=int, default=None,
+                    help="seeds of the warm-start measurement on digits (default: as many as --seeds; 0: skip)")
     ap.add_argument("--plot", default=None, help="write the regret curves as a PNG here")
     ap.add_argument("--peers", nargs="*", default=[],
                     help="JSON written by frontier_peers.py (Syne Tune, DEHB) in their own environment")
     args = ap.parse_args()
     seeds = list(range(2 if args.smoke else 10 if args.quick else args.seeds))
-    units = BUDGET_UNITS / 4 if args.smoke else BUDGET_UNITS
+    share = 0.25 if args.smoke else 1.0
+    benches = [b for b in args.benchmarks.split(",") if b]
+    units_of = {b: fb.budget(b) * share for b in benches}
+    if any(b.startswith("mfh") for b in benches) and not fb.mfh_available():
+        print("skipped mfh6_good, mfh6_bad: mf-prior-bench is not installed (make peers-env)")
+        benches = [b for b in benches if not b.startswith("mfh")]
     methods = args.methods.split(",")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     warnings.simplefilter("ignore")
@@ -234,22 +326,32 @@ def main() -> None:
     peers: dict[str, dict[str, list]] = {}
     for path in args.peers:
         got = json.loads(Path(path).read_text())
-        if abs(got["units"] - units) > 1e-9 or got["grid"] != GRID:
-            ap.error(f"--peers {path}: written for a budget of {got['units']} units, this run has {units}")
+        for b, u in got["units"].items():
+            if b in units_of and (abs(u - units_of[b]) > 1e-9 or got["grid"] != GRID):
+                ap.error(f"--peers {path}: {b} written for a budget of {u} units, this run has {units_of[b]}")
         for w, by_bench in got["curves"].items():
-            peers[w] = by_bench
-    methods = ours + [w for w in peers if w not in ours]
-    print("peers from their own libraries: " + (", ".join(f"{w} ({len(peers[w][BENCHMARKS[0]])} seeds)" for w in peers)
-                                                 or "none (see frontier_peers.py)"))
-    for bench in BENCHMARKS:
+            for b, c in by_bench.items():
+                peers.setdefault(w, {})[b] = peers.get(w, {}).get(b, []) + c
+    all_methods = ours + [w for w in peers if w not in ours]
+    print("peers from their own libraries: " + (", ".join(
+        f"{w} ({', '.join(f'{b} {len(c)}' for b, c in peers[w].items())} seeds)" for w in peers)
+        or "none (see frontier_peers.py)"))
+    import multiprocessing as mp
+    pool = mp.get_context("spawn").Pool(args.jobs) if args.jobs > 1 else None
+    for bench in benches:
+        units = units_of[bench]
+        methods = ours + [w for w in peers if peers[w].get(bench) and w not in ours]
         grids = {w: [] for w in methods}
+        jobs = [(w, bench, seed, units) for seed in seeds for w in ours]
+        done = pool.imap(one_run, jobs) if pool else map(one_run, jobs)
         for seed in seeds:
             for w in ours:
-                grids[w].append(on_grid(simulate(w, bench, seed, units), units))
+                grids[w].append(next(done))
             print(f"{bench} seed {seed}: " + ", ".join(f"{w} {grids[w][-1][-1]:.4f}" for w in ours)
                   + f"  [{time.monotonic() - t0:.0f} s]", flush=True)
         for w, by_bench in peers.items():   # their seeds 0..n-1, paired with ours of the same number
-            grids[w] = [np.asarray(c) for c in by_bench[bench]]
+            if by_bench.get(bench):
+                grids[w] = [np.asarray(c) for c in by_bench[bench]]
         area = {w: [float(g.mean()) for g in grids[w]] for w in methods}
         final = {w: [float(g[-1]) for g in grids[w]] for w in methods}
         grid_t = np.linspace(0, units, GRID)
@@ -286,31 +388,48 @@ def main() -> None:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-        fig, axes = plt.subplots(1, len(BENCHMARKS), figsize=(6 * len(BENCHMARKS), 4))
-        for ax, bench in zip(np.atleast_1d(axes), BENCHMARKS):
+        fig, axes = plt.subplots(1, len(benches), figsize=(6 * len(benches), 4))
+        for ax, bench in zip(np.atleast_1d(axes), benches):
             for w, c in curves[bench].items():
-                ax.plot(np.linspace(0, units, GRID), c, label=w)
+                ax.plot(np.linspace(0, units_of[bench], GRID), c, label=w)
             ax.set(title=bench, xlabel="simulated time", ylabel="normalized regret (mean)", yscale="log")
             ax.legend()
         fig.tight_layout()
         fig.savefig(args.plot)
+    if pool:
+        pool.close()
+    warm = None
+    n_warm = len(seeds) if args.warm_seeds is None else args.warm_seeds
+    if n_warm and "digits" in benches:
+        warm = warm_vs_cold("digits", list(range(n_warm)), units_of["digits"], rng)
+        warm["met"] = warm["area_warm_minus_cold"][2] < 0
+        print(f"warm start on digits, {n_warm} seeds: regret area warm {warm['area_warm'][0]:.4f}, cold "
+              f"{warm['area_cold'][0]:.4f}; warm - cold {warm['area_warm_minus_cold']} (area), "
+              f"{warm['final_warm_minus_cold']} (final)  [{time.monotonic() - t0:.0f} s]")
     # Which ASHA mode is ahead: promotion's area below stopping's on every benchmark (interval
     # of the paired ratio below 1) makes it the one to ship.
-    ahead = {b: table[b].get("ours_stopping", {}).get("area_ratio_ours_promotion_over_this") for b in BENCHMARKS}
-    promotion_ahead = all(v is not None and v[2] < 1 for v in ahead.values())
-    others = [w for w in methods if not w.startswith("ours")]
-    ratio = {b: {w: table[b][w]["area_ratio_ours_stopping_over_this"] for w in others} for b in BENCHMARKS}
-    beaten = {b: [w for w in others if ratio[b][w][1] > 1] for b in BENCHMARKS}      # peer significantly ahead
-    ahead = {w: [b for b in BENCHMARKS if ratio[b][w][2] < 1] for w in others}      # ours significantly ahead
-    need = min(2, len(BENCHMARKS))
-    met = all(not v for v in beaten.values()) and all(len(v) >= need for v in ahead.values())
+    # Promotion ahead of stopping: significantly ahead on at least one benchmark and significantly
+    # behind on none (paired area ratios promotion / stopping).
+    mode_ratio = {b: table[b].get("ours_stopping", {}).get("area_ratio_ours_promotion_over_this") for b in benches}
+    promotion_ahead = (all(v is not None and v[1] <= 1 for v in mode_ratio.values())
+                       and any(v is not None and v[2] < 1 for v in mode_ratio.values()))
+    others = [w for w in all_methods if not w.startswith("ours")]
+    ratio = {b: {w: table[b][w][f"area_ratio_{OURS}_over_this"] for w in others if w in table[b]}
+             for b in benches}
+    beaten = {b: [w for w in ratio[b] if ratio[b][w][1] > 1] for b in benches}      # peer significantly ahead
+    ahead = {w: [b for b in benches if w in ratio[b] and ratio[b][w][2] < 1] for w in others}   # ours ahead
+    need = 2
+    # Met only on every benchmark: one that could not run (mf-prior-bench absent) leaves it unmet.
+    met = (set(benches) == set(BENCHMARKS) and all(not v for v in beaten.values())
+           and all(len(v) >= need for v in ahead.values()))
     print(f"{time.monotonic() - t0:.0f} s; command: .venv/bin/python benchmarks/search_frontier.py"
           + (" --smoke" if args.smoke else " --quick" if args.quick else f" --seeds {args.seeds}"))
-    print("BENCH " + json.dumps({"seeds": len(seeds), "budget_units": units, "table": table,
-                                 "promotion_ahead_of_stopping": promotion_ahead,
+    print("BENCH " + json.dumps({"seeds": len(seeds), "budget_units": {b: units_of[b] for b in benches},
+                                 "benchmarks_run": benches, "table": table,
+                                 "promotion_ahead_of_stopping": promotion_ahead, "ours": OURS,
                                  "target": "no peer's area significantly below ours (default mode) on any "
                                            f"benchmark, ours significantly below each peer's on {need} of them",
-                                 "peers_significantly_ahead": beaten, "ours_significantly_ahead_on": ahead,
+                                 "warm_start": warm, "peers_significantly_ahead": beaten, "ours_significantly_ahead_on": ahead,
                                  "peers_run": sorted(peers), "met": met}))
 
 

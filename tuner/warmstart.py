@@ -97,9 +97,25 @@ def earlier_study(old: Experiment):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def replay(t, space, max_epochs: int, scale: float, source: str):
+    """An earlier COMPLETE or PRUNED study trial as a trial of this experiment's study: its values
+    drawn again through `space` (OutOfSpace when one does not fit), its per-epoch values moved to
+    the same fraction of `max_epochs` (`scale`: new max_epochs / old)."""
+    import optuna
+    from optuna.trial import TrialState
+    r = Replay(t.params)
+    space(r)
+    steps: dict[int, float] = {}
+    for step, v in sorted(t.intermediate_values.items()):
+        steps[max(1, min(max_epochs, round(step * scale)))] = v
+    done = t.state == TrialState.COMPLETE
+    return optuna.trial.create_trial(
+        state=t.state, params=r.taken, distributions=r.distributions, values=t.values if done else None,
+        intermediate_values=steps, user_attrs={"warm_start": source, "warm_start_number": t.number})
+
+
 def warm_trials(exp: Experiment) -> tuple[list, list[str]]:
     """(Optuna FrozenTrials for this experiment's study, notes for the console)."""
-    import optuna
     from optuna.trial import TrialState
 
     from .experiment import load_saved
@@ -119,20 +135,10 @@ def warm_trials(exp: Experiment) -> tuple[list, list[str]]:
     for t in earlier_study(old):
         if t.state not in (TrialState.COMPLETE, TrialState.PRUNED):
             continue
-        replay = Replay(t.params)
         try:
-            space(replay)
+            out.append(replay(t, space, exp.budget.max_epochs, scale, str(exp.warm_start)))
         except OutOfSpace as e:
             dropped[str(e)] += 1
-            continue
-        steps: dict[int, float] = {}
-        for step, v in sorted(t.intermediate_values.items()):
-            steps[max(1, min(exp.budget.max_epochs, round(step * scale)))] = v
-        done = t.state == TrialState.COMPLETE
-        out.append(optuna.trial.create_trial(
-            state=t.state, params=replay.taken, distributions=replay.distributions,
-            values=t.values if done else None, intermediate_values=steps,
-            user_attrs={"warm_start": str(exp.warm_start), "warm_start_number": t.number}))
     notes = [f"warm start: {len(out)} trials from {exp.warm_start}"]
     if scale != 1:
         notes.append(f"warm start: epochs rescaled x{scale:g} (max_epochs {old.budget.max_epochs} -> "

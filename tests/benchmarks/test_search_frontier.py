@@ -10,6 +10,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+import frontier_bench as fb
+import numpy as np
 import search_frontier as sf
 
 
@@ -24,7 +26,7 @@ def test_the_clock_pauses_and_promotes_and_every_epoch_costs_its_configurations_
     original = sf.SimTrial
     sf.SimTrial = Counted
     try:
-        curve = sf.simulate("ours_promotion", "h6_good", 0, sf.BUDGET_UNITS / 4)
+        curve = sf.simulate("ours_promotion", "h6_good", 0, fb.budget("h6_good") / 4)
     finally:
         sf.SimTrial = original
     states = {t.status for t in made}
@@ -33,10 +35,11 @@ def test_the_clock_pauses_and_promotes_and_every_epoch_costs_its_configurations_
     assert sum(t.status == "RUNNING" for t in made) <= sf.WORKERS
     assert curve[0] == (0.0, 1.0) and all(0 <= r <= 1 for _, r in curve)
     times = [t for t, _ in curve]
-    assert times == sorted(times) and times[-1] <= sf.BUDGET_UNITS / 4
+    assert times == sorted(times) and times[-1] <= fb.budget("h6_good") / 4
     cheap, dear = {"x5": 0.5}, {"x5": 2.0}
     base = {"x0": 0.01, "x1": 0.1, "x2": 0.5, "x3": 0.0, "x4": 5.0}
-    assert sf.cost({**base, **cheap}) == pytest.approx(0.5) and sf.cost({**base, **dear}) == pytest.approx(2.0)
+    assert sf.cost("h6_good", {**base, **cheap}, 3) == pytest.approx(0.5)
+    assert sf.cost("h6_good", {**base, **dear}, 3) == pytest.approx(2.0)
 
 
 @pytest.mark.timeout(180)
@@ -45,9 +48,14 @@ def test_frontier_smoke_run_prints_a_bench_line():
                        capture_output=True, text=True, timeout=170, cwd=ROOT, check=False)
     assert r.returncode == 0, r.stderr[-3000:]
     bench = json.loads(r.stdout.strip().splitlines()[-1].removeprefix("BENCH "))
-    assert set(bench["table"]) == set(sf.BENCHMARKS)
+    # mf-prior-bench lives in .venv-peers, which CI does not make: its two benchmarks say so.
+    skipped = "skipped mfh6_good, mfh6_bad: mf-prior-bench is not installed" in r.stdout
+    assert set(bench["table"]) == set(sf.BENCHMARKS) - ({"mfh6_good", "mfh6_bad"} if skipped else set())
+    if skipped:
+        assert bench["met"] is False   # met is judged on every benchmark
+    assert bench["warm_start"]["seeds"] == 2
     for rows in bench["table"].values():
-        assert set(rows) == set(sf.METHODS)
+        assert set(rows) == set(sf.DEFAULT_METHODS)
         assert all(0 <= row["area"][0] <= 1 for row in rows.values())
     assert isinstance(bench["met"], bool) and isinstance(bench["promotion_ahead_of_stopping"], bool)
 
@@ -67,20 +75,73 @@ def test_peers_curves_from_their_own_environment_are_merged_paired_by_seed(tmp_p
     """frontier_peers.py writes curves on the same grid; a peer that never finds anything (regret
     1 throughout) is one ours is significantly ahead of on both benchmarks.  A file written for
     another budget is refused."""
-    units = sf.BUDGET_UNITS / 4   # --smoke's
-    flat = {b: [[1.0] * sf.GRID for _ in range(2)] for b in sf.BENCHMARKS}
+    benches = ("h6_bias", "h6_good")
+    units = {b: fb.budget(b) / 4 for b in benches}   # --smoke's
+    flat = {b: [[1.0] * sf.GRID for _ in range(2)] for b in benches}
     (tmp_path / "p.json").write_text(json.dumps({"units": units, "grid": sf.GRID, "curves": {"never": flat}}))
     r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "search_frontier.py"), "--smoke", "--methods",
-                        "ours_stopping,ours_promotion", "--peers", str(tmp_path / "p.json")],
+                        "ours_stopping,ours_promotion", "--benchmarks", ",".join(benches), "--peers",
+                        str(tmp_path / "p.json")],
                        capture_output=True, text=True, timeout=170, cwd=ROOT, check=False)
     assert r.returncode == 0, r.stderr[-3000:]
     bench = json.loads(r.stdout.strip().splitlines()[-1].removeprefix("BENCH "))
-    assert bench["peers_run"] == ["never"] and "never (2 seeds)" in r.stdout
-    for b in sf.BENCHMARKS:
+    assert bench["peers_run"] == ["never"] and "never (h6_bias 2, h6_good 2 seeds)" in r.stdout
+    for b in benches:
         row = bench["table"][b]["never"]
         assert row["area"][0] == 1.0 and row["seeds"] == 2 and row["area_ratio_ours_stopping_over_this"][2] < 1
-    assert bench["ours_significantly_ahead_on"]["never"] == list(sf.BENCHMARKS)
-    (tmp_path / "q.json").write_text(json.dumps({"units": 1.0, "grid": sf.GRID, "curves": {"never": flat}}))
-    bad = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "search_frontier.py"), "--smoke", "--peers",
-                          str(tmp_path / "q.json")], capture_output=True, text=True, timeout=60, cwd=ROOT, check=False)
-    assert bad.returncode == 2 and "written for a budget of 1.0 units" in bad.stderr
+    assert bench["ours_significantly_ahead_on"]["never"] == list(benches)
+    assert bench["met"] is False   # three benchmarks were not run
+    (tmp_path / "q.json").write_text(json.dumps({"units": {"h6_bias": 1.0}, "grid": sf.GRID, "curves": {"never": flat}}))
+    bad = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "search_frontier.py"), "--smoke", "--benchmarks",
+                          "h6_bias", "--peers", str(tmp_path / "q.json")],
+                         capture_output=True, text=True, timeout=60, cwd=ROOT, check=False)
+    assert bad.returncode == 2 and "h6_bias written for a budget of 1.0 units" in bad.stderr
+
+
+def test_the_digits_table_answers_each_of_its_configurations_with_its_own_row():
+    """The table (benchmarks/data/digits_table.json.gz) holds >= 500 real configurations with every
+    epoch; a configuration of the table is answered with its own loss and epoch time, a point
+    between rows with its nearest one, and regret is 0 at the table's best and 1 at its median."""
+    t = fb.digits_table()
+    assert len(t.u) >= 500 and t.loss.shape == (len(t.u), 9) and (t.seconds > 0).all()
+    for i in (0, 17, len(t.u) - 1):
+        config = sf.space_point("digits", t.u[i])
+        assert fb.digits_table().row(sf.unit("digits", config)) == i or np.allclose(
+            t.loss[fb.digits_table().row(sf.unit("digits", config))], t.loss[i])
+        v, f = sf.value("digits", config, 3, np.random.default_rng(0))
+        assert v == pytest.approx(-t.loss[i, 2]) and f == pytest.approx(-t.loss[i, -1])
+        assert sf.cost("digits", config, 3) == pytest.approx(t.seconds[i, 2])
+    best = int(np.argmin(t.loss[:, -1]))
+    assert fb.regret("digits", -t.loss[best, -1]) == 0.0
+    assert fb.regret("digits", -(t.best + t.scale)) == pytest.approx(1.0)
+    assert fb.budget("digits") == pytest.approx(100 * t.seconds.sum(axis=1).mean() / 4)
+
+
+def test_mf_hartmann_values_are_mf_prior_bench_own():
+    """Through the helper in .venv-peers, the values are what mf-prior-bench's own benchmark
+    object answers for the same configuration and fidelity; cost is cumulative."""
+    if not fb.mfh_available():
+        pytest.skip("mf-prior-bench lives in .venv-peers (make peers-env), which this machine lacks")
+    code = ("import json, sys, mfpbench\n"
+            "b = mfpbench.get(sys.argv[1])\n"
+            "for z in (1, 9, 100):\n"
+            "    c = type(b.sample()).from_dict({f'X_{i}': x for i, x in enumerate([0.2, 0.15, 0.48, 0.28, 0.31, 0.66])})\n"
+            "    print(json.dumps([z, float(b.query(c, at=z).value.value)]))\n")
+    py = fb.HERE.parent / ".venv-peers" / "bin" / "python"
+    u = np.array([0.2, 0.15, 0.48, 0.28, 0.31, 0.66])
+    for name in ("mfh6_good", "mfh6_bad"):
+        out = subprocess.run([str(py), "-c", code, name], capture_output=True, text=True, check=True, timeout=120)
+        for line in out.stdout.splitlines():
+            z, theirs = json.loads(line)
+            assert fb.value(name, u, z, np.random.default_rng(0))[0] == pytest.approx(-theirs)
+    assert sum(fb.epoch_cost("mfh6_good", u, e) for e in range(1, 101)) == pytest.approx(1.0)
+    assert fb.cost_to("mfh6_good", u, 1) == pytest.approx(0.05 + 0.95 * 1e-4)
+
+
+def test_warm_start_measurement_pairs_a_warm_and_a_cold_search_by_seed():
+    """The earlier search's study trials reach the warm search through tuner.warmstart.replay; the
+    two searches of a seed differ only by them."""
+    got = sf.warm_vs_cold("h6_good", [0, 1], fb.budget("h6_good") / 8, np.random.default_rng(0))
+    assert got["seeds"] == 2 and len(got["area_warm_minus_cold"]) == 3
+    assert 0 <= got["area_warm"][0] <= 1 and 0 <= got["area_cold"][0] <= 1
+    assert got["area_warm"][0] != got["area_cold"][0]
