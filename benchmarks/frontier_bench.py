@@ -148,23 +148,23 @@ class DigitsTable:
                     last = got[e][0]
                 self.loss[i, e - 1] = last
                 self.seconds[i, e - 1] = got[e][1] if e in got else mean_s
+        self.bins = self.binned(self.u)   # the rows as `row` compares them, made once
         final = self.loss[:, -1]
         self.best = float(final.min())
         self.scale = float(np.median(final) - self.best)   # regret 1: the median configuration
 
-    def row(self, u: np.ndarray) -> int:
-        """The table's configuration nearest to u (choices compare by their bins' centres)."""
-        d = self.u.copy()
-        for j, e in enumerate(self.space.values()):
-            if e["type"] == "choice":   # same bin or not
-                n = len(e["values"])
-                d[:, j] = np.minimum((d[:, j] * n).astype(int), n - 1) / max(n - 1, 1)
-        q = np.array(u, dtype=float)
+    def binned(self, u: np.ndarray) -> np.ndarray:
+        """Points with each choice's coordinate replaced by its bin (so a choice matches or not)."""
+        d = np.array(u, dtype=float, ndmin=2)
         for j, e in enumerate(self.space.values()):
             if e["type"] == "choice":
                 n = len(e["values"])
-                q[j] = min(int(q[j] * n), n - 1) / max(n - 1, 1)
-        return int(np.argmin(((d - q) ** 2).sum(axis=1)))
+                d[:, j] = np.minimum((d[:, j] * n).astype(int), n - 1) / max(n - 1, 1)
+        return d
+
+    def row(self, u: np.ndarray) -> int:
+        """The table's configuration nearest to u (choices compare by their bins)."""
+        return int(np.argmin(((self.bins - self.binned(u)) ** 2).sum(axis=1)))
 
 
 @cache

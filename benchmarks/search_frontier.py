@@ -53,9 +53,8 @@ from tuner.tuning import asha
 
 WORKERS, BENCHMARKS = fb.WORKERS, fb.BENCHMARKS
 TARGET_REGRET = 0.05
-DEFAULT_METHODS = ("ours_stopping", "ours_promotion", "ours_stopping_rm", "ours_promotion_rm", "ray_optuna_asha",
-                   "random_asha")
-METHODS = (*DEFAULT_METHODS, "ours_stopping_gp", "ours_promotion_gp")   # _gp: ~1 min per run, on request
+DEFAULT_METHODS = METHODS = ("ours_stopping", "ours_promotion", "ours_stopping_rm", "ours_promotion_rm",
+                             "ray_optuna_asha", "random_asha")
 GRID = 200   # points of the regret curve
 OURS = f"ours_{Budget.model_fields['asha'].default}"   # the shipped default mode is the one judged
 
@@ -86,15 +85,8 @@ def unit(bench: str, config: dict) -> np.ndarray:
 
 def space_point(bench: str, u: np.ndarray) -> dict:
     """The configuration at a point of the unit cube (the inverse of `unit`; digits only)."""
-    out: dict = {}
-    for x, (k, e) in zip(u, fb.digits_table().space.items()):
-        if e["type"] == "choice":
-            out[k] = e["values"][min(int(x * len(e["values"])), len(e["values"]) - 1)]
-        elif e["type"] == "loguniform":
-            out[k] = math.exp(math.log(e["low"]) + x * math.log(e["high"] / e["low"]))
-        else:
-            out[k] = e["low"] + x * (e["high"] - e["low"])
-    return out
+    from digits_table import from_unit  # the table was made over the same space
+    return from_unit(u)
 
 
 def cost(bench: str, config: dict, epoch: int) -> float:
@@ -151,7 +143,7 @@ def method(who: str, seed: int, budget: Budget, bench: str, warm: list | None = 
     from ray.tune.search.optuna import OptunaSearch
     if who.startswith("ours"):   # _rm: the searcher models the highest rung with enough points
         s = make_searcher(space(bench), "value", "max", seed, budget, warm=bool(warm),
-                          rung_model="gp" if who.endswith("_gp") else who.endswith("_rm"))
+                          rung_model=who.endswith("_rm"))
         for t in warm or []:   # as tuner/tuning.py's build_tuner seeds the study
             s.study.add_trial(t)
         s.set_max_concurrency(WORKERS)

@@ -77,7 +77,7 @@ def default_sampler(seed: int | None, num_samples: int, warm: bool = False) -> o
 def make_searcher(search: dict, metric: str | list[str], mode: str | list[str], seed: int | None, budget,
                   journal: str | Path | None = None, study_name: str = "tuner",
                   sampler: optuna.samplers.BaseSampler | None = None, rungs: tuple[int, ...] = (),
-                  warm: bool = False, rung_model: bool | str = False) -> FidelitySearcher:
+                  warm: bool = False, rung_model: bool = False) -> FidelitySearcher:
     """The searcher of a run over the experiment's (define-by-run) space; `sampler`, `rungs` and
     `rung_model` are what the benchmarks vary (default: default_sampler, no rung bookkeeping,
     TPE over the study itself)."""
@@ -85,8 +85,7 @@ def make_searcher(search: dict, metric: str | list[str], mode: str | list[str], 
                             sampler=sampler or default_sampler(seed, budget.num_samples, warm), journal=journal,
                             study_name=study_name, max_epochs=budget.max_epochs, rungs=rungs,
                             eta=budget.reduction_factor,
-                            model_rungs=(*budget.rungs, budget.max_epochs) if rung_model else (), seed=seed,
-                            rung_sampler="gp" if rung_model == "gp" else "tpe")
+                            model_rungs=(*budget.rungs, budget.max_epochs) if rung_model else (), seed=seed)
 
 
 class SlotSearcher(Searcher):
@@ -154,9 +153,8 @@ class FidelitySearcher(SlotSearcher):
                  mode: str | list[str] | None = None, sampler: optuna.samplers.BaseSampler | None = None,
                  journal: str | Path | None = None, study_name: str = "tuner", *, max_epochs: int,
                  rungs: tuple[int, ...] = (), eta: float = 3, model_rungs: tuple[int, ...] = (),
-                 seed: int | None = None, rung_sampler: str = "tpe"):
+                 seed: int | None = None):
         super().__init__(metric=metric, mode=mode)
-        self.rung_sampler = rung_sampler
         # model_rungs: propose from a TPE model of the values at the highest of these epochs
         # where enough trials have reported (each trial counts at every rung it reached, paused
         # and running ones included), as BOHB models its highest budget with enough points.
@@ -290,15 +288,9 @@ class FidelitySearcher(SlotSearcher):
         assert self.shadows is not None
         if rung not in self.shadows:
             n = self.min_points()
-            seed = None if self.seed is None else self.seed + rung
-            if self.rung_sampler == "gp":
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                    sampler = optuna.samplers.GPSampler(seed=seed, n_startup_trials=n, warn_independent_sampling=False)
-            else:
-                sampler = tpe_sampler(seed, n_startup_trials=n)
             self.shadows[rung] = optuna.create_study(
-                direction="minimize" if self.mode == "min" else "maximize", sampler=sampler)
+                direction="minimize" if self.mode == "min" else "maximize",
+                sampler=tpe_sampler(None if self.seed is None else self.seed + rung, n_startup_trials=n))
         return self.shadows[rung]
 
     def min_points(self) -> int:
@@ -343,7 +335,6 @@ class FidelitySearcher(SlotSearcher):
         self.__dict__.setdefault("storage_now", None)
         self.__dict__.setdefault("model_rungs", ())   # snapshots written before the rung model
         self.__dict__.setdefault("seed", None)
-        self.__dict__.setdefault("rung_sampler", "tpe")
 
     def save(self, checkpoint_path: str) -> None:
         with open(checkpoint_path, "wb") as f:
