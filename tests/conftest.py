@@ -38,6 +38,9 @@ def ray_address(tmp_path_factory):
     # workers inherit these from this process.  Never a real account's, never the EC2 metadata.
     os.environ.update(S3_TEST_ENV)
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
+    # The tuning service's pointer to its registry (TUNER_HOME/service.json on the head), and a Ray
+    # job's relative paths, stay in this session's temporary folder.
+    os.environ["TUNER_HOME"] = str(tmp_path_factory.mktemp("tuner-home"))
     ctx = ray.init(address="local", num_cpus=4, include_dashboard=True, dashboard_host="127.0.0.1",
                    log_to_driver=False, runtime_env={"env_vars": {"RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.2"}})
     os.environ["TUNER_TEST_DASHBOARD_URL"] = ctx.dashboard_url or ""  # for the network-exposure test

@@ -21,14 +21,16 @@ AUTOSCALER_CONFIG = "TUNER_AUTOSCALER_CONFIG"   # the autoscaler's config (defau
 # Set by the driver for its trials (runtime_env), never by a user.
 PREFLIGHT = "TUNER_PREFLIGHT"          # "<marker path>\n<token>\n<python> <ray> <torch>": the node check
 TEST_PLUGIN = "TUNER_TEST_PLUGIN"      # tests only: "<file.py>[::<argument>]", hooks every trial process loads
+# Set by the service's dispatcher for a driver it starts, never by a user.
+SERVICE_ID = "TUNER_SERVICE_ID"        # the experiment's registry id: the driver asks for its fair share
 # Other tools' variables the project reads.
 RAY_ADDRESS = "RAY_ADDRESS"            # Ray's: the cluster to join (else an embedded local Ray)
 RAY_AUTH_MODE = "RAY_AUTH_MODE"        # Ray's: "disabled" turns token authentication off (refused locally)
 RAY_JOB = "RAY_JOB_CONFIG_JSON_ENV_VAR"   # Ray's job supervisor sets it for a job's entrypoint
 TRITON_INTERPRET = "TRITON_INTERPRET"  # Triton's: "1" runs kernels on the CPU (tests)
 
-VARIABLES = (HOME, STORAGE, CACHE, AUTOSCALER_CONFIG, PREFLIGHT, TEST_PLUGIN, RAY_ADDRESS, RAY_AUTH_MODE, RAY_JOB,
-             TRITON_INTERPRET)   # every one read here; docs/settings.md has a row for each
+VARIABLES = (HOME, STORAGE, CACHE, AUTOSCALER_CONFIG, PREFLIGHT, TEST_PLUGIN, SERVICE_ID, RAY_ADDRESS, RAY_AUTH_MODE,
+             RAY_JOB, TRITON_INTERPRET)   # every one read here; docs/settings.md has a row for each
 BOOTSTRAP_CONFIG = "~/ray_bootstrap_config.yaml"   # where `ray up` leaves the autoscaler's config on the head
 
 # Ray's and Tune's own knobs the service sets, with why.  Trial processes get TRIAL_RAY_ENV
@@ -62,6 +64,7 @@ class Settings:
     autoscaler_config: Path           # TUNER_AUTOSCALER_CONFIG, else BOOTSTRAP_CONFIG
     preflight: str | None             # TUNER_PREFLIGHT
     test_plugin: str | None           # TUNER_TEST_PLUGIN
+    service_id: str | None            # TUNER_SERVICE_ID
     ray_address: str | None           # RAY_ADDRESS
     ray_auth_disabled: bool           # RAY_AUTH_MODE == "disabled"
     in_ray_job: bool                  # RAY_JOB_CONFIG_JSON_ENV_VAR is set
@@ -81,6 +84,7 @@ def read(environ: Mapping[str, str] | None = None) -> Settings:
         autoscaler_config=Path(get(AUTOSCALER_CONFIG) or BOOTSTRAP_CONFIG).expanduser(),
         preflight=env.get(PREFLIGHT) or None,
         test_plugin=get(TEST_PLUGIN),
+        service_id=get(SERVICE_ID),
         ray_address=get(RAY_ADDRESS),
         ray_auth_disabled=(get(RAY_AUTH_MODE) or "").lower() == "disabled",
         in_ray_job=bool(get(RAY_JOB)),

@@ -13,6 +13,9 @@ EPILOG = """examples:
   python -m tuner report runs/quickstart
   python -m tuner export runs/quickstart --out best/
   python -m tuner train best/best_config.yaml
+  python -m tuner service start                                # a local head and the tuning service
+  python -m tuner submit search_spaces/quickstart.yaml --priority high
+  python -m tuner queue
 """
 
 
@@ -62,11 +65,43 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--out", default=None, help="folder for per-epoch checkpoints")
     t.add_argument("--profile", action="store_true",
                    help="profile 5 steps: trace.json and top_ops.txt in profile_dir (default OUT/profiles or ./profiles)")
+    sv = sub.add_parser("service", help="the tuning service on a cluster: start it", description="the tuning service on a cluster (docs/service.md)")
+    svs = sv.add_subparsers(dest="action", required=True)
+    st = svs.add_parser("start", help="start (or restart) the dispatcher; without --address also a local persistent head",
+                        description="start (or restart) the dispatcher; without --address also a local persistent head")
+    st.add_argument("--address", default=None, help="the cluster (default: RAY_ADDRESS, else a local head)")
+    st.add_argument("--config", default=None, help="service.yaml: storage, max_running, max_retries, weights")
+    sb = sub.add_parser("submit", help="queue an experiment on the tuning service", description="validate an experiment file, check it fits the cluster, then queue it on the tuning service")
+    sb.add_argument("file")
+    sb.add_argument("--address", default=None, help="the cluster (default: RAY_ADDRESS, else the local head)")
+    sb.add_argument("--priority", default="normal", help="high, normal or low (default normal): its share of the cluster")
+    sb.add_argument("--name", default=None, help="the experiment's name (default: the file's name:)")
+    sb.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="as for run")
+    q = sub.add_parser("queue", help="the experiments of the tuning service", description="the experiments of the tuning service: state, trials, best so far, slots now")
+    q.add_argument("--address", default=None)
+    q.add_argument("--json", action="store_true", help="machine-readable output")
+    c = sub.add_parser("cancel", help="stop a submitted experiment (it stays resumable)", description="stop a submitted experiment; everything written stays (resumable)")
+    c.add_argument("id")
+    c.add_argument("--address", default=None)
+    c.add_argument("--force", action="store_true", help="cancel another user's experiment")
+    lg = sub.add_parser("logs", help="follow a submitted experiment's driver log", description="print a submitted experiment's driver log, following it while it runs")
+    lg.add_argument("id")
+    lg.add_argument("--address", default=None)
+    lg.add_argument("--no-follow", action="store_true", help="print what is there and return")
     return p
+
+
+SERVICE_VERBS = ("service", "submit", "queue", "cancel", "logs")
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.verb in SERVICE_VERBS:   # before Ray is imported (tuner/service.py)
+        import os
+
+        from trainables import settings
+        if not settings.read().ray_auth_disabled:
+            os.environ.setdefault(settings.RAY_AUTH_MODE, "token")
     from .commands import run_verb
     return run_verb(args)
 

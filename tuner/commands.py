@@ -24,12 +24,15 @@ def _err(msg: str) -> None:
 
 def run_verb(args) -> int:
     from .cluster import ClusterError
+    from .registry import RegistryError
+    from .service import ServiceError
     try:
         return VERBS[args.verb](args)
     except ExperimentError as e:
         _err(str(e))
         return 2
-    except (ConfigError, CheckpointError, ClusterError, PreflightError, FileNotFoundError) as e:
+    except (ConfigError, CheckpointError, ClusterError, PreflightError, FileNotFoundError, RegistryError,
+            ServiceError) as e:
         _err(str(e))
         return 2
     except KeyboardInterrupt:
@@ -165,5 +168,59 @@ def cmd_train(args) -> int:
     return 0 if m.get("status") == "ok" else 1
 
 
-VERBS = {"validate": cmd_validate, "run": cmd_run, "resume": cmd_resume, "status": cmd_status,
+def cmd_service(args) -> int:
+    from .service import start
+    start(args.address, args.config)
+    return 0
+
+
+def cmd_submit(args) -> int:
+    from .service import submit
+    submit(args.file, args.set, args.address, args.priority, args.name)
+    return 0
+
+
+def _num(v) -> str:
+    return "-" if v is None else sig4(v)
+
+
+def cmd_queue(args) -> int:
+    import getpass
+    import time
+
+    from .service import queue
+    q = queue(args.address)
+    if args.json:
+        print(json.dumps(q, indent=1, default=str))
+        return 0
+    me = getpass.getuser()
+    print(f"{'id':36s} {'name':16s} {'owner':10s} {'priority':8s} {'state':9s} {'done':>5s} {'run':>4s} "
+          f"{'slots':>5s} {'best':>8s}  since")
+    for r in q["experiments"]:
+        since = time.strftime("%m-%d %H:%M", time.localtime(r["started"] or r["submitted"]))
+        print(f"{r['id']:36s} {r['name'][:16]:16s} {r['owner'][:10]:10s} {r['priority']:8s} {r['state']:9s} "
+              f"{_num(r['done_trials']):>5s} {r['running_trials']:4d} {r['slots']:5d} {_num(r['best']):>8s}  {since}"
+              + (f"  ({r['message']})" if r.get("message") else ""))
+    for line in q["refused"]:
+        print(f"refused: {line}")
+    cap = q["capacity"]
+    print(f"cluster: {cap['total']:g} {cap['resource']} shared by priority; you are {me}")
+    return 0
+
+
+def cmd_cancel(args) -> int:
+    from .service import cancel
+    r = cancel(args.id, args.address, args.force)
+    print(f"cancelled {r['id']}; everything it wrote stays in {r['location']} "
+          f"(continue it with: python -m tuner resume {shlex.quote(r['location'])})")
+    return 0
+
+
+def cmd_logs(args) -> int:
+    from .service import logs
+    return logs(args.id, args.address, follow=not args.no_follow)
+
+
+VERBS = {"service": cmd_service, "submit": cmd_submit, "queue": cmd_queue, "cancel": cmd_cancel, "logs": cmd_logs,
+         "validate": cmd_validate, "run": cmd_run, "resume": cmd_resume, "status": cmd_status,
          "export": cmd_export, "train": cmd_train, "report": cmd_report}

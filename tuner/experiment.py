@@ -80,17 +80,20 @@ def untrusted(exp_dir: Path) -> list[str]:
     """What in the folder someone else could have written: a link, or a file or folder owned by
     another user or writable by group or others.  Such a folder is refused before anything in
     it is read (resume/status/export/report read pickles there, and unpickling runs code)."""
+    return [why for p in covered(exp_dir) if (why := untrusted_path(p))]
+
+
+def untrusted_path(p: Path) -> str | None:
+    """Why someone else could have written this one path (not followed if a link), or None."""
     me = os.getuid()
-    out = []
-    for p in covered(exp_dir):
-        st = p.lstat()
-        if stat.S_ISLNK(st.st_mode):
-            out.append(f"{p} is a symbolic link")
-        elif st.st_uid != me:
-            out.append(f"{p} is owned by uid {st.st_uid}, not by you (uid {me})")
-        elif st.st_mode & 0o002 or (st.st_mode & 0o020 and not private_group(st.st_gid)):
-            out.append(f"{p} is writable by group or others (mode {stat.filemode(st.st_mode)})")
-    return out
+    st = p.lstat()
+    if stat.S_ISLNK(st.st_mode):
+        return f"{p} is a symbolic link"
+    if st.st_uid != me:
+        return f"{p} is owned by uid {st.st_uid}, not by you (uid {me})"
+    if st.st_mode & 0o002 or (st.st_mode & 0o020 and not private_group(st.st_gid)):
+        return f"{p} is writable by group or others (mode {stat.filemode(st.st_mode)})"
+    return None
 
 
 def private_group(gid: int) -> bool:

@@ -4,11 +4,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from trainables import settings
 from trainables.runtime import storage
 from tuner import local_ray
 from tuner.cluster import (
     NodeCheck,
     concurrency_for,
+    fitting_concurrency,
     preflight,
     ready_train_view,
     resolve_ddp,
@@ -53,6 +55,9 @@ def run_experiment(exp: Experiment, address: str | None = None, echo: Callable[[
         session_dir = connect(address, exp, echo, allow_no_auth, verbose, env=nodes.env)
         asked, exp = exp, resolve_ddp(exp)
         concurrency = concurrency_for(exp, echo)   # a trial no node can ever hold: refused first
+        if settings.read().service_id:   # the service's fair share decides how many of these run
+            import ray
+            concurrency = fitting_concurrency(exp, ray.cluster_resources())
         if exp.reproducible:
             concurrency = 1   # what several trials at once report first depends on timing
         nodes.check_nodes()
@@ -99,6 +104,8 @@ def _resume(exp: Experiment, exp_dir, address, echo, allow_no_auth, verbose, nod
     searcher = _compat.restored_searcher(tuner)
     if searcher is not None:
         searcher.experiment_dir = str(exp.exp_dir)   # where the searcher's journal is now
+        from .share import from_env
+        searcher.share = from_env(searcher.max_concurrent)   # the service's fair share, as at the start
     from .scheduler import RUNG_FILE, RungScheduler
     scheduler = _compat.restored_scheduler(tuner)
     if isinstance(scheduler, RungScheduler):   # its rung records, where the folder is now

@@ -126,7 +126,7 @@ class RungScheduler(TrialScheduler):
                 end(tune_controller, t)
         if self.promotion:
             searcher = slot_searcher(tune_controller)
-            cap = getattr(searcher, "max_concurrent", 0)
+            cap = searcher.cap() if searcher is not None else 0
             busy = sum(t.status in (Trial.PENDING, Trial.RUNNING) for t in trials)
             chosen = self.promote(trials) if not cap or busy < cap else None
             self.hold_slots(searcher, trials)

@@ -96,6 +96,8 @@ class SlotSearcher(Searcher):
 
     max_concurrent: int = 0           # 0: no limit of ours
     waiting: set[str] = frozenset()   # type: ignore[assignment]
+    share: Any = None                 # tuner.share.Share under the service: the fair share caps the slots
+    asked = 0.0                       # when Tune last asked for a trial that the cap refused
 
     def set_max_concurrency(self, max_concurrent: int) -> bool:
         self.max_concurrent = max_concurrent
@@ -104,8 +106,38 @@ class SlotSearcher(Searcher):
     def running(self) -> int:
         raise NotImplementedError
 
+    done = 0                          # trials ended, and the best first-objective value among them
+    best: float | None = None
+
+    def tally(self, result: dict | None) -> None:
+        """A trial ended with `result`: counted, for the service's queue."""
+        self.done += 1
+        metric = self.metric[0] if isinstance(self.metric, list) else self.metric
+        mode = self.mode[0] if isinstance(self.mode, list) else self.mode
+        v = (result or {}).get(metric) if metric else None
+        if finite(v) and (result or {}).get("status", "ok") == "ok":
+            v = float(v)
+            if self.best is None or (v > self.best if mode == "max" else v < self.best):
+                self.best = v
+
+    def cap(self) -> int:
+        """The slots now: max_concurrent, or less under the service (its fair share); 0: no limit."""
+        if self.share is None:
+            return self.max_concurrent
+        import time
+        running = self.running()
+        # What it wants: every slot while Tune asks for trials, what runs once it stops asking.
+        wanted = self.max_concurrent if time.monotonic() - self.asked < 10 else running
+        return max(1, min(self.max_concurrent or 10**6,
+                          self.share.now(running, max(wanted, running), self.done, self.best)))
+
     def full(self) -> bool:
-        return self.max_concurrent > 0 and self.running() >= self.max_concurrent
+        """Called when Tune asks for a trial: no slot free now."""
+        if self.share is not None:
+            import time
+            self.asked = time.monotonic()
+        cap = self.cap()
+        return cap > 0 and self.running() >= cap
 
 
 class FixedSearcher(SlotSearcher):
@@ -130,6 +162,8 @@ class FixedSearcher(SlotSearcher):
         return {}
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
+        if trial_id in self.live:
+            self.tally(result)
         self.live.discard(trial_id)
 
     def save(self, checkpoint_path: str) -> None:
@@ -278,6 +312,7 @@ class FidelitySearcher(SlotSearcher):
         except Exception as e:  # noqa: BLE001 - never let bookkeeping end the search
             log.warning("optuna tell for trial %s failed: %s", trial_id, e)
         self.completed.add(trial_id)
+        self.tally(result)
         for d in (self.last_results, self.reported, self.unjudged, self.live):
             d.pop(trial_id, None)
 

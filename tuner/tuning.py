@@ -12,6 +12,7 @@ def build_tuner(exp: Experiment, concurrency: int, verbose: bool = False, warm: 
 
     from .scheduler import RUNG_FILE
     from .searcher import JOURNAL, FixedSearcher, make_searcher
+    from .share import from_env
     from .space import param_space
     from .tensorboard import TrialTensorBoard
     multi = exp.second_objective is not None
@@ -32,8 +33,11 @@ def build_tuner(exp: Experiment, concurrency: int, verbose: bool = False, warm: 
         # Tune uploads the searcher's snapshot folder: the journal goes with it.
         searcher.journal_upload = str(journal)
     promotion = exp.budget.asha == "promotion"
-    if searcher is None and promotion:   # slots that paused trials do not hold (see SlotSearcher)
+    share = from_env(concurrency)   # under the service: its fair share caps the slots
+    if searcher is None and (promotion or share):   # slots that paused trials do not hold (see SlotSearcher)
         searcher = FixedSearcher(exp.metrics if multi else exp.metric, exp.modes if multi else exp.mode)
+    if searcher is not None:
+        searcher.share = share
     scheduler = asha(exp.budget, exp.metric if multi else None, exp.mode if multi else None,
                      records=exp.exp_dir / RUNG_FILE)
     return tune.Tuner(

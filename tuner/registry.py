@@ -1,0 +1,229 @@
+"""The service's storage: its settings (`service.yaml`, validated, saved beside the registry) and
+the registry, one JSON record per submitted experiment.
+
+Layout of the service storage (a folder the head can reach):
+
+    service.json            the settings the dispatcher was started with (re-created from them)
+    experiments/ID.json     one record per experiment, written atomically, with a format version
+    experiments/ID.yaml     the experiment file as submitted (paths made absolute)
+
+Records are JSON and only ever parsed as JSON, never unpickled.  A record that is corrupt, written
+by another format version, or planted (a link, another user's file, a file writable by group or
+others: the trust check of experiment folders) is refused with one line naming the file.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+FORMAT = 1
+SETTINGS_FILE = "service.json"
+RECORDS = "experiments"
+PRIORITIES = ("high", "normal", "low")
+STATES = ("queued", "running", "finished", "failed", "cancelled")
+ENDED = ("finished", "failed", "cancelled")
+Priority = Literal["high", "normal", "low"]
+DEFAULT_WEIGHTS: dict[Priority, float] = {"high": 4.0, "normal": 2.0, "low": 1.0}
+
+
+class RegistryError(RuntimeError):
+    """A registry file that cannot be used, an unknown id, a refused request: one line."""
+
+
+class ServiceSettings(BaseModel):
+    """`service.yaml`: what `tuner service start --config` reads."""
+    model_config = ConfigDict(extra="forbid")
+    # A folder reachable from the head: the registry and the submitted files live there.
+    storage: str = "~/tuner-service"
+    # Experiments that run at once; the rest wait in priority order, then by submission time.
+    max_running: int = Field(default=2, ge=1)
+    # A failed driver is started again (with `resume`) at most this many times.
+    max_retries: int = Field(default=1, ge=0)
+    # Shares of the cluster's GPUs (CPUs on a CPU cluster) by priority.
+    weights: dict[Priority, float] = Field(default_factory=lambda: dict(DEFAULT_WEIGHTS))
+    # A queued experiment waiting longer than this goes ahead of the priority order (no starvation).
+    starvation_s: float = Field(default=600.0, gt=0)
+    # How often the dispatcher looks at its experiments and at the cluster.
+    poll_s: float = Field(default=1.0, gt=0, le=60)
+
+    @field_validator("weights")
+    @classmethod
+    def _positive(cls, v: dict[str, float]) -> dict[str, float]:
+        bad = {k: w for k, w in v.items() if not w > 0}
+        if bad:
+            raise ValueError(f"weights must be above 0, got {bad}")
+        return v
+
+    def weight(self, priority: str) -> float:
+        return float({**DEFAULT_WEIGHTS, **self.weights}[priority])  # type: ignore[index]
+
+
+class Record(BaseModel):
+    """One experiment the service holds."""
+    model_config = ConfigDict(extra="forbid")
+    format: Literal[1] = 1
+    id: str
+    name: str
+    owner: str                          # the OS user who submitted it
+    priority: Priority = "normal"
+    state: Literal["queued", "running", "finished", "failed", "cancelled"] = "queued"
+    submitted: float
+    started: float | None = None
+    ended: float | None = None
+    file: str                           # the experiment file kept in the registry
+    location: str                       # the experiment folder (or URI) the run writes
+    need: dict[str, float]              # what its largest trial reserves
+    max_slots: int = Field(ge=1)        # the most trials it runs at once on the whole cluster
+    job: str | None = None              # the Ray job running its driver now: the lease
+    attempts: int = 0                   # drivers started so far
+    message: str | None = None          # why it failed, or who cancelled it
+    trials_done: int | None = None      # at its end, from its summary.json
+    best: float | None = None
+
+    def row(self) -> dict[str, Any]:
+        return self.model_dump()
+
+
+def storage_root(settings: ServiceSettings) -> Path:
+    return Path(settings.storage).expanduser().resolve()
+
+
+def load_settings(path: str | Path) -> ServiceSettings:
+    """`service.yaml`, checked: RegistryError naming the file and each bad field."""
+    p = Path(path)
+    try:
+        data = yaml.safe_load(p.read_text()) or {}
+    except (OSError, yaml.YAMLError) as e:
+        raise RegistryError(f"{p}: cannot read it ({str(e).splitlines()[0]})") from None
+    if not isinstance(data, dict):
+        raise RegistryError(f"{p}: expected a mapping of settings, got {type(data).__name__}")
+    try:
+        return ServiceSettings(**data)
+    except ValidationError as e:
+        raise RegistryError(f"{p}: " + "; ".join(
+            f"{'.'.join(str(x) for x in err['loc'])}: {err['msg']} (got {err.get('input')!r})" for err in e.errors())
+            + "; see docs/service.md for the settings") from None
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    """Atomically, private to this user (0600), so that the trust check accepts it."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=1)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _untrusted(path: Path) -> str | None:
+    """The file and the folders holding it, judged by the trust check of experiment folders."""
+    from .experiment import untrusted_path
+    for p in (path.parent, path):
+        why = untrusted_path(p)
+        if why:
+            return why
+    return None
+
+
+def read_json(path: Path, what: str) -> dict[str, Any]:
+    """A registry file's contents after the trust check; RegistryError naming the file."""
+    why = _untrusted(path)
+    if why:
+        raise RegistryError(f"{path}: refused ({why}); a registry file someone else could have written is "
+                            "never read: check who changed it, then `chmod go-w` it if it is yours")
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise
+    except (OSError, ValueError) as e:
+        raise RegistryError(f"{path}: corrupt {what} ({e}); move it aside to go on without it") from None
+    if not isinstance(data, dict):
+        raise RegistryError(f"{path}: corrupt {what} (a JSON {type(data).__name__}, not an object)")
+    if data.get("format") != FORMAT:
+        raise RegistryError(f"{path}: {what} of format {data.get('format')!r}, this version reads format {FORMAT}: "
+                            "written by another version of tuner; use that version for it")
+    return data
+
+
+class Registry:
+    """The records in `root/experiments`."""
+
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+        self.dir = self.root / RECORDS
+
+    # settings saved beside the registry
+    def save_settings(self, s: ServiceSettings) -> None:
+        write_json(self.root / SETTINGS_FILE, {"format": FORMAT, **s.model_dump()})
+
+    def saved_settings(self) -> ServiceSettings:
+        path = self.root / SETTINGS_FILE
+        data = read_json(path, "service settings")
+        data.pop("format")
+        try:
+            return ServiceSettings(**data)
+        except ValidationError as e:
+            raise RegistryError(f"{path}: corrupt service settings ({e.errors()[0]['msg']})") from None
+
+    # records
+    def path(self, exp_id: str) -> Path:
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,120}", exp_id):
+            raise RegistryError(f"{exp_id!r} is not an experiment id (`tuner queue` lists them)")
+        return self.dir / f"{exp_id}.json"
+
+    def new_id(self, name: str) -> str:
+        """A fresh id, its record file created exclusively (ids never repeat, even between
+        processes)."""
+        self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        slug = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.")[:40] or "experiment"
+        while True:
+            exp_id = f"{slug}-{time.strftime('%m%d-%H%M%S')}-{secrets.token_hex(3)}"
+            try:
+                fd = os.open(self.path(exp_id), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+            except FileExistsError:
+                continue
+            os.close(fd)
+            return exp_id
+
+    def save(self, rec: Record) -> None:
+        write_json(self.path(rec.id), rec.model_dump())
+
+    def get(self, exp_id: str) -> Record:
+        path = self.path(exp_id)
+        try:
+            data = read_json(path, "experiment record")
+        except FileNotFoundError:
+            raise RegistryError(f"no experiment {exp_id!r} in {self.dir} (`tuner queue` lists them)") from None
+        try:
+            return Record(**data)
+        except ValidationError as e:
+            err = e.errors()[0]
+            raise RegistryError(f"{path}: corrupt experiment record ({'.'.join(map(str, err['loc']))}: "
+                                f"{err['msg']}); move it aside to go on without it") from None
+
+    def all(self) -> tuple[list[Record], list[str]]:
+        """(every readable record, oldest first; one line per file refused)."""
+        out: list[Record] = []
+        bad: list[str] = []
+        if not self.dir.is_dir():
+            return out, bad
+        for p in sorted(self.dir.glob("*.json")):
+            if p.stat().st_size == 0 and not p.is_symlink():   # an id being created
+                continue
+            try:
+                out.append(self.get(p.stem))
+            except RegistryError as e:
+                bad.append(str(e))
+        return sorted(out, key=lambda r: r.submitted), bad

@@ -1,0 +1,270 @@
+"""The service's client side: `tuner service start`, `submit`, `queue`, `cancel`, `logs`.
+
+Each joins a running cluster (`--address`, RAY_ADDRESS, else the local head `ray start` left),
+finds the dispatcher (tuner/dispatcher.py) and calls it.  When the dispatcher is gone, `submit`
+and `queue` re-create it from the settings saved beside the registry (the head keeps where that
+is in TUNER_HOME/service.json).  `submit` checks everything it can before anything reaches the
+cluster: the file (as `validate`), that one trial fits the cluster, and that the experiment's
+storage is usable from the head.
+"""
+from __future__ import annotations
+
+import getpass
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from trainables import settings
+
+from .cluster import ClusterError
+from .registry import RegistryError, ServiceSettings, load_settings, storage_root
+from .share import ACTOR, NAMESPACE
+
+
+class ServiceError(RuntimeError):
+    """No service (or no cluster) to talk to: one line with the command that fixes it."""
+
+
+def attach(address: str | None):
+    """Join the cluster as a client; its Ray context."""
+    import ray
+
+    from .console import quiet_logs
+    quiet_logs(False)
+    address = address or settings.read().ray_address or "auto"
+    if ray.is_initialized():
+        raise ServiceError("this process is connected to Ray already; the service commands run in a process of their own")
+    try:
+        return ray.init(address=address, namespace=NAMESPACE, log_to_driver=False, logging_level=logging.WARNING)
+    except Exception as e:  # noqa: BLE001 - whatever ray.init raises: one line naming the address
+        raise ServiceError(f"no running Ray cluster at {address} ({str(e).splitlines()[0][:200]}); start one with "
+                           "`tuner service start` (a local head) or `ray up cluster/aws-gpu.yaml`, then pass its "
+                           "--address") from None
+
+
+def head_node() -> str:
+    import ray
+    for n in ray.nodes():
+        if n.get("Alive") and "node:__internal_head__" in (n.get("Resources") or {}):
+            return n["NodeID"]
+    raise ServiceError("the cluster has no live head node")
+
+
+def on_head(fn, *args):
+    """fn(*args) run by a task on the head node (no CPU reserved)."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+    task = ray.remote(num_cpus=0, max_retries=0)(fn)
+    return ray.get(task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(head_node(), soft=False))
+                   .remote(*args), timeout=120)
+
+
+def dashboard_url(ctx) -> str:
+    url = getattr(ctx, "dashboard_url", None)
+    if not url:
+        raise ServiceError("the cluster has no dashboard (the service starts experiments through Ray's jobs API); "
+                           "start its head with the dashboard (`ray start --head --include-dashboard=true`)")
+    return url
+
+
+def dispatcher(ctx, storage: str | None = None, svc: ServiceSettings | None = None, create: bool = True):
+    """The running dispatcher; re-created (create=True) from the settings saved beside the
+    registry when it is gone, or created with `svc` (service start)."""
+    import ray
+
+    from .dispatcher import Dispatcher, actor_options, head_storage
+    if svc is None:
+        try:
+            return ray.get_actor(ACTOR, namespace=NAMESPACE)
+        except ValueError:
+            if not create:
+                raise ServiceError("no tuning service on this cluster; start it with `tuner service start "
+                                   "--address ADDRESS`") from None
+        storage = on_head(head_storage)
+        if not storage:
+            raise ServiceError("no tuning service on this cluster; start it with `tuner service start --address "
+                               "ADDRESS [--config service.yaml]`")
+    actor = ray.remote(Dispatcher).options(**actor_options(head_node())).remote(
+        storage, dashboard_url(ctx), svc.model_dump() if svc is not None else None)
+    try:
+        ray.get(actor.ping.remote(), timeout=120)
+    except ray.exceptions.RayActorError as e:
+        cause = getattr(e, "cause", None) or e
+        raise ServiceError(f"the dispatcher did not start: {str(cause).strip().splitlines()[-1]}") from None
+    return actor
+
+
+def call(method, *args):
+    """An actor call; RegistryError raised there comes back as itself (one line)."""
+    import ray
+    try:
+        return ray.get(method.remote(*args), timeout=120)
+    except ray.exceptions.RayTaskError as e:
+        cause = e.as_instanceof_cause() if hasattr(e, "as_instanceof_cause") else e
+        if isinstance(cause, RegistryError):
+            raise RegistryError(str(cause.args[0]) if cause.args else str(cause)) from None
+        raise
+
+
+# ---------------------------------------------------------------- verbs
+
+def start(address: str | None, config: str | None, echo=print) -> dict[str, Any]:
+    """`tuner service start`: a local persistent head when no address is given (and none runs),
+    then the dispatcher with the settings of `config` (defaults without one)."""
+    svc = load_settings(config) if config else ServiceSettings()
+    started_head = False
+    if not address and not settings.read().ray_address:
+        started_head = ensure_local_head(echo)
+    ctx = attach(address)
+    root = storage_root(svc)
+    svc = svc.model_copy(update={"storage": str(root)})
+    problem = on_head(_storage_problem, str(root))
+    if problem:
+        raise ServiceError(f"service storage {root}: {problem}; set `storage:` in service.yaml to a folder the head can write")
+    import ray
+    try:
+        old = ray.get_actor(ACTOR, namespace=NAMESPACE)
+        ray.kill(old)   # settings change: the registry stays, the dispatcher is made again with them
+        time.sleep(0.5)
+    except ValueError:
+        pass
+    actor = dispatcher(ctx, str(root), svc)
+    info = call(actor.ping)
+    url = dashboard_url(ctx)
+    echo(f"tuning service running: registry in {info['storage']}, max_running {svc.max_running}, "
+         f"weights {svc.weights}")
+    echo(f"Ray dashboard: http://{url} (token: ~/.ray/auth_token)")
+    echo("submit with:   python -m tuner submit search_spaces/quickstart.yaml"
+         + (f" --address {address}" if address else ""))
+    if started_head:
+        echo("stop the local head with: ray stop   (it stops every Ray on this machine); "
+             "queued and running experiments continue after `tuner service start` on a new head")
+    return info
+
+
+def ensure_local_head(echo=print) -> bool:
+    """A persistent local head (token authentication on, dashboard on 127.0.0.1), unless one runs."""
+    import ray
+    try:
+        ray.init(address="auto", namespace=NAMESPACE, log_to_driver=False, logging_level=logging.WARNING)
+        return False
+    except Exception as e:  # noqa: BLE001 - none runs: start one
+        logging.getLogger(__name__).debug("no local head (%s)", e)
+    if settings.read().ray_auth_disabled:
+        raise ClusterError("RAY_AUTH_MODE=disabled would start a head whose dashboard and jobs API answer anyone; "
+                           "unset it")
+    exe = shutil.which("ray", path=str(Path(sys.executable).parent)) or "ray"
+    cmd = [exe, "start", "--head", "--dashboard-host=127.0.0.1", "--include-dashboard=true",
+           "--disable-usage-stats", f"--num-cpus={os.cpu_count() or 1}"]
+    r = subprocess.run(cmd, check=False, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise ServiceError("`ray start --head` failed: " + (r.stderr or r.stdout).strip().splitlines()[-1])
+    echo("started a local Ray head (persistent: it outlives this command)")
+    return True
+
+
+def _storage_problem(path: str) -> str | None:
+    """Run on the head: why the folder cannot hold the registry, or None."""
+    from trainables.runtime.preflight import folder_problem
+    p = Path(path)
+    try:
+        p.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError as e:
+        return f"cannot create it ({e.strerror})"
+    return folder_problem("storage", p, 1 << 20)
+
+
+def _experiment_folder_problem(path: str) -> str | None:
+    from trainables.runtime.preflight import folder_problem
+    return folder_problem("storage_path", path, 1 << 20)
+
+
+def experiment_text(exp) -> str:
+    """The experiment as the service keeps it: absolute paths, so that the driver (in a Ray
+    job, elsewhere) writes where the submitter meant."""
+    data = exp.model_dump(mode="json", exclude_unset=True)
+    data["storage_path"] = exp.storage_path
+    data.setdefault("train", {})
+    data["train"]["cache_dir"], data["train"]["data_root"] = exp.train.cache_dir, exp.train.data_root
+    if exp.warm_start:
+        data["warm_start"] = exp.warm_start
+    return yaml.safe_dump(data, sort_keys=False)
+
+
+def submit(file: str, overrides: list[str], address: str | None, priority: str, name: str | None,
+           echo=print) -> str:
+    from trainables.runtime import storage
+
+    from .cluster import fitting_concurrency, largest_need, node_types
+    from .config import load
+    from .experiment import EXPERIMENT_FILE
+    from .paths import settle
+    from .registry import PRIORITIES
+    if priority not in PRIORITIES:
+        raise RegistryError(f"--priority {priority!r}: one of {', '.join(PRIORITIES)}")
+    exp = settle(load(file, overrides + ([f"name={name}"] if name else [])))   # nothing is sent on error
+    if storage.exists(storage.join(exp.location, EXPERIMENT_FILE)):
+        raise ClusterError(f"{exp.location} exists already; choose another name (--set name=NEW or --name NEW), "
+                           f"or `tuner resume {exp.location}`")
+    ctx = attach(address)
+    import ray
+    need = largest_need(exp)
+    try:
+        slots = fitting_concurrency(exp, ray.cluster_resources())
+    except ClusterError:
+        holding = [n for n, res in node_types().items() if all(res.get(k, 0) + 1e-9 >= v for k, v in need.items() if v > 0)]
+        if not holding:
+            raise
+        slots = min(exp.budget.max_concurrent_trials or exp.budget.num_samples, exp.budget.num_samples)
+    if not exp.remote:
+        problem = on_head(_experiment_folder_problem, str(exp.exp_dir.parent))
+        if problem:
+            raise ClusterError(f"storage_path {exp.exp_dir.parent} is not usable from the cluster's head: {problem}; "
+                               "use a folder the head reaches (a shared mount) or an s3:// / gs:// URI")
+    actor = dispatcher(ctx)
+    exp_id = call(actor.submit, exp.name, getpass.getuser(), priority, experiment_text(exp), exp.location,
+                  {k: float(v) for k, v in need.items()}, slots)
+    where = f" --address {address}" if address else ""
+    echo(f"submitted {exp_id}: {exp.name}, priority {priority}, results in {exp.location}")
+    echo(f"Ray dashboard: http://{dashboard_url(ctx)} (token: ~/.ray/auth_token)")
+    echo(f"watch:  python -m tuner queue{where}    python -m tuner logs {exp_id}{where}")
+    echo(f"cancel: python -m tuner cancel {exp_id}{where}")
+    return exp_id
+
+
+def queue(address: str | None) -> dict[str, Any]:
+    ctx = attach(address)
+    return call(dispatcher(ctx).queue)
+
+
+def cancel(exp_id: str, address: str | None, force: bool) -> dict[str, Any]:
+    ctx = attach(address)
+    return call(dispatcher(ctx).cancel, exp_id, getpass.getuser(), force)
+
+
+def record(exp_id: str, address: str | None) -> dict[str, Any]:
+    ctx = attach(address)
+    return call(dispatcher(ctx).record, exp_id)
+
+
+def logs(exp_id: str, address: str | None, follow: bool, out=sys.stdout) -> int:
+    """Print the driver's log; with follow, until the driver ends."""
+    ctx = attach(address)
+    actor = dispatcher(ctx)
+    shown = 0
+    while True:
+        got = call(actor.logs, exp_id)
+        text = got["text"]
+        out.write(text[shown:])
+        out.flush()
+        shown = len(text)
+        if not follow or not got["live"]:
+            return 0
+        time.sleep(1.0)
