@@ -223,9 +223,14 @@ class Dispatcher:
         attempt = r.attempts + 1
         job = f"tuner-{r.id}-{attempt}"
         entry = " ".join([sys.executable, "-m", "tuner", *args, "--address", "auto"])
-        self.client().submit_job(entrypoint=entry, submission_id=job, entrypoint_num_cpus=0,
-                                 runtime_env={"env_vars": {settings.SERVICE_ID: r.id}})
-        self.reg.save(r.model_copy(update={"state": "running", "job": job, "attempts": attempt,
+        try:
+            self.client().submit_job(entrypoint=entry, submission_id=job, entrypoint_num_cpus=0,
+                                     runtime_env={"env_vars": {settings.SERVICE_ID: r.id}})
+        except Exception as e:  # noqa: BLE001 - the jobs API not ready yet (a new head): the next pass tries again
+            log.warning("starting %s: %s; trying again", r.id, e)
+            self.reg.save(r.model_copy(update={"message": f"waiting for the jobs API: {str(e).splitlines()[-1][:200]}"}))
+            return
+        self.reg.save(r.model_copy(update={"state": "running", "job": job, "attempts": attempt, "message": None,
                                            "started": r.started or time.time()}))
 
     # ------------------------------------------------------------ fair share

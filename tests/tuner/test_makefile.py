@@ -43,3 +43,14 @@ def test_the_browser_stamp_is_written_only_once_the_browser_is_there(tmp_path):
     assert not (tmp_path / ".venv" / ".browser").exists()
     r = step(_bin(tmp_path, 1000, browser=True))
     assert r.returncode == 0 and (tmp_path / ".venv" / ".browser").exists(), r.stdout + r.stderr
+
+
+def test_make_test_runs_every_test_file():
+    """`make test` runs pytest on pyproject's testpaths: a test file outside them would never run."""
+    import tomllib
+    paths = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["testpaths"]
+    covered = [ROOT / p for p in paths]
+    files = sorted((ROOT / "tests").rglob("test_*.py"))
+    left_out = [str(f.relative_to(ROOT)) for f in files
+                if not any(f == c or c in f.parents for c in covered) and "fixtures" not in f.parts]
+    assert files and not left_out, f"not in pyproject's testpaths: {left_out}"

@@ -1,0 +1,235 @@
+"""The tuning service on the session's Ray (4 logical CPUs, token auth, dashboard): submit, queue,
+fair share by priority measured from the cluster's own actor table, the dispatcher killed and
+re-created, cancel, logs and bad input.  One dispatcher for the module; every experiment it
+started is stopped at the end."""
+import contextlib
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+MEASURE_S = 15   # seconds over which the CPUs each experiment holds are averaged
+
+SPEC = """
+name: {name}
+storage_path: {storage}
+metric: val_acc
+mode: max
+seed: 0
+budget: {{num_samples: {samples}, max_epochs: {epochs}, grace_epochs: 1, reduction_factor: 3}}
+resources: {{workers: 1, cpus_per_worker: 1}}
+train: {{dataset: digits, cache_dir: {cache}, model: convnet, width: 0.25, flip: false, crop_padding: 1}}
+search:
+  lr: {{type: loguniform, low: 1.0e-3, high: 0.3}}
+"""
+
+
+def _cli(*args, timeout=120, env=None):
+    return subprocess.run([sys.executable, "-m", "tuner", *args], check=False, capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, **(env or {})})
+
+
+def _submitted(out: str) -> str:
+    m = re.search(r"^submitted (\S+):", out, re.MULTILINE)
+    assert m, out
+    return m.group(1)
+
+
+class Service:
+    def __init__(self, root: Path, address: str):
+        self.root, self.address = root, address
+        self.storage = root / "service"
+
+    def spec(self, name: str, samples: int = 200, epochs: int = 3) -> Path:
+        f = self.root / f"{name}.yaml"
+        f.write_text(SPEC.format(name=name, storage=self.root / "runs", cache=self.root / "cache", samples=samples,
+                                 epochs=epochs))
+        return f
+
+    def submit(self, name: str, priority: str = "normal", **kw) -> str:
+        r = _cli("submit", str(self.spec(name, **kw)), "--address", self.address, "--priority", priority)
+        assert r.returncode == 0, r.stdout + r.stderr
+        return _submitted(r.stdout)
+
+    def queue(self) -> dict[str, dict]:
+        r = _cli("queue", "--json", "--address", self.address)
+        assert r.returncode == 0, r.stdout + r.stderr
+        return {e["id"]: e for e in json.loads(r.stdout)["experiments"]}
+
+    def records(self) -> dict[str, dict]:
+        return {p.stem: json.loads(p.read_text()) for p in (self.storage / "experiments").glob("*.json")
+                if p.stat().st_size}
+
+    def wait(self, ready, what: str, timeout: float = 90):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            got = ready()
+            if got:
+                return got
+            time.sleep(0.5)
+        raise AssertionError(f"not within {timeout:g} s: {what}; records: {self.records()}")
+
+
+def _jobs():
+    from ray.job_submission import JobSubmissionClient
+    return JobSubmissionClient(f"http://{os.environ['TUNER_TEST_DASHBOARD_URL']}")
+
+
+@pytest.fixture(scope="module")
+def service(ray_address, tmp_path_factory):
+    import ray
+    root = tmp_path_factory.mktemp("team")
+    svc = Service(root, ray_address)
+    (root / "service.yaml").write_text(f"storage: {svc.storage}\nmax_running: 2\nmax_retries: 0\npoll_s: 0.5\n")
+    r = _cli("service", "start", "--address", ray_address, "--config", str(root / "service.yaml"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"registry in {svc.storage}" in r.stdout
+    yield svc
+    with contextlib.suppress(ValueError):   # killed by a test that failed half-way
+        ray.kill(ray.get_actor("tuner-dispatcher", namespace="tuner"))
+    client = _jobs()
+    for rec in svc.records().values():
+        if rec.get("job"):
+            with contextlib.suppress(Exception):   # ended already
+                client.stop_job(rec["job"])
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and any(
+            str(client.get_job_status(rec["job"])) in ("PENDING", "RUNNING")
+            for rec in svc.records().values() if rec.get("job")):
+        time.sleep(1)
+
+
+def _held(job_ids: dict[str, str]) -> dict[str, float]:
+    """CPUs each experiment's trials hold now, from the cluster's actor table (not from the
+    service): its driver job's alive actors that reserve CPUs."""
+    from ray.util.state import list_actors
+    out = dict.fromkeys(job_ids, 0.0)
+    by_job = {v: k for k, v in job_ids.items()}
+    for a in list_actors(address=f"http://{os.environ['TUNER_TEST_DASHBOARD_URL']}", filters=[("state", "=", "ALIVE")],
+                         detail=True, limit=1000, raise_on_missing_output=False):
+        exp = by_job.get(a.job_id)
+        if exp is not None:
+            out[exp] += sum(v for k, v in (a.required_resources or {}).items() if k == "CPU" or k.startswith("CPU_group_")
+                            and k.count("_") == 2)
+    return out
+
+
+def _driver_jobs(svc: Service, ids: list[str]) -> dict[str, str]:
+    client = _jobs()
+    recs = svc.records()
+    return {i: client.get_job_info(recs[i]["job"]).job_id for i in ids}
+
+
+def _measure(svc: Service, ids: list[str], seconds: float) -> dict[str, float]:
+    """Time-averaged CPUs each holds over `seconds`, sampled while all of them run."""
+    def started():
+        if not all(svc.records()[i]["state"] == "running" and svc.records()[i]["job"] for i in ids):
+            return None
+        jobs = _driver_jobs(svc, ids)   # a driver's Ray job id comes once its process has started
+        return jobs if all(jobs.values()) else None
+    jobs = svc.wait(started, "every experiment's driver running")
+    svc.wait(lambda: all(v > 0 for v in _held(jobs).values()), "every experiment holding a trial")
+    samples = []
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        samples.append(_held(jobs))
+        time.sleep(0.3)
+    assert all(svc.records()[i]["state"] == "running" for i in ids), "an experiment ended during the measurement"
+    return {i: sum(s[i] for s in samples) / len(samples) for i in ids}
+
+
+@pytest.mark.timeout(400)
+def test_equal_priorities_share_evenly_a_third_waits_and_the_dispatcher_comes_back(service):
+    import ray
+    a, b, c = (service.submit(n) for n in ("eq-a", "eq-b", "eq-c"))
+    held = _measure(service, [a, b], MEASURE_S)
+    assert service.records()[c]["state"] == "queued"            # max_running 2: the third waits
+    assert abs(held[a] - 2) <= 0.5 and abs(held[b] - 2) <= 0.5, held
+    # The dispatcher killed mid-run: the next `queue` re-creates it from the saved settings; no
+    # experiment is lost or started twice (each keeps its one driver job).
+    jobs_before = {i: service.records()[i]["job"] for i in (a, b)}
+    ray.kill(ray.get_actor("tuner-dispatcher", namespace="tuner"))
+    q = service.queue()
+    assert {a, b, c} <= set(q)
+    assert {i: service.records()[i]["job"] for i in (a, b)} == jobs_before
+    assert all(service.records()[i]["attempts"] == 1 for i in (a, b))
+    listed = [j.submission_id for j in _jobs().list_jobs() if j.submission_id and j.submission_id.startswith("tuner-")]
+    assert all(sum(s.startswith(f"tuner-{i}-") for s in listed) == 1 for i in (a, b)), listed
+    # One ends (cancelled here): the queued one starts; everything the cancelled one wrote stays.
+    r = _cli("cancel", a, "--address", service.address)
+    assert r.returncode == 0 and "resume" in r.stdout, r.stdout + r.stderr
+    service.wait(lambda: service.records()[c]["state"] == "running", "the queued experiment starting", timeout=30)
+    assert service.records()[a]["state"] == "cancelled"
+    assert (Path(service.records()[a]["location"]) / "tuner-experiment.yaml").is_file()
+    # The last one left alone grows into the freed slots within a minute.
+    r = _cli("cancel", c, "--address", service.address)
+    assert r.returncode == 0, r.stderr
+    service.wait(lambda: service.queue()[b]["slots"] == 4, "the remaining experiment taking the cluster", timeout=60)
+    jobs = _driver_jobs(service, [b])
+    service.wait(lambda: _held(jobs)[b] >= 3, "its trials growing into the freed CPUs", timeout=60)
+    r = _cli("cancel", b, "--address", service.address)
+    assert r.returncode == 0, r.stderr
+    out = _cli("logs", b, "--no-follow", "--address", service.address)
+    assert out.returncode == 0 and "experiment eq-b" in out.stdout, out.stdout[-2000:] + out.stderr
+
+
+@pytest.mark.timeout(300)
+def test_priorities_high_and_low_share_four_to_one_and_ten_submits_at_once_queue_ten(service):
+    service.wait(lambda: not any(r["state"] == "running" for r in service.records().values()), "a free cluster")
+    hi = service.submit("pr-high", "high")
+    lo = service.submit("pr-low", "low")
+    held = _measure(service, [hi, lo], MEASURE_S)
+    assert abs(held[hi] - 3.2) <= 0.5 and abs(held[lo] - 0.8) <= 0.5, held
+    # While these two hold both running places (max_running 2): ten submits at once from separate
+    # processes get ten ids and ten records, all queued behind them.
+    before = set(service.records())
+    procs = [subprocess.Popen([sys.executable, "-m", "tuner", "submit", str(service.spec(f"many-{i}", samples=1, epochs=1)),
+                               "--address", service.address, "--priority", "low"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ))
+             for i in range(10)]
+    outs = [p.communicate(timeout=240) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [o[1][-500:] for o in outs]
+    ids = [_submitted(o[0]) for o in outs]
+    assert len(set(ids)) == 10
+    recs = service.records()
+    assert set(recs) - before == set(ids)
+    assert all(recs[i]["state"] == "queued" for i in ids)
+    import getpass
+
+    import ray
+    actor = ray.get_actor("tuner-dispatcher", namespace="tuner")
+    for i in [*ids, hi, lo]:
+        ray.get(actor.cancel.remote(i, getpass.getuser(), False))
+
+
+def test_bad_input_reaches_nothing_and_says_so_in_one_line(service, tmp_path):
+    before = set(service.records())
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(service.spec("bad").read_text().replace("num_samples: 200", "num_samples: -3"))
+    r = _cli("submit", str(bad), "--address", service.address)
+    assert r.returncode == 2 and "num_samples" in r.stderr, r.stderr
+    r = _cli("submit", str(service.spec("prio")), "--address", service.address, "--priority", "urgent")
+    assert r.returncode == 2 and "--priority 'urgent'" in r.stderr, r.stderr
+    huge = tmp_path / "huge.yaml"
+    huge.write_text(service.spec("huge").read_text().replace("cpus_per_worker: 1", "cpus_per_worker: 64"))
+    r = _cli("submit", str(huge), "--address", service.address)
+    assert r.returncode == 2 and "64 CPU" in r.stderr and "cluster has 4" in r.stderr, r.stderr
+    assert set(service.records()) == before
+    for verb in ("cancel", "logs"):
+        r = _cli(verb, "no-such-id", "--address", service.address)
+        assert r.returncode == 2 and "no experiment 'no-such-id'" in r.stderr, r.stderr
+    # A planted record is refused by `queue` with one line, and never read further.
+    planted = service.storage / "experiments" / "planted.json"
+    planted.write_text(json.dumps({"format": 1, "id": "planted"}))
+    planted.chmod(0o666)
+    try:
+        r = _cli("queue", "--address", service.address)
+        assert r.returncode == 0 and "refused:" in r.stdout and "writable by group or others" in r.stdout, r.stdout
+    finally:
+        planted.unlink()
