@@ -78,10 +78,16 @@ def cmd_resume(args) -> int:
                                             verbose=args.verbose))
 
 
+def _where(arg: str) -> str:
+    """An experiment folder, or the folder of a service registry id."""
+    from .service import experiment_location
+    return experiment_location(arg)
+
+
 def cmd_status(args) -> int:
     from .experiment import load_saved
     from .results import reserved_text, select, trials
-    exp = load_saved(args.exp_dir)
+    exp = load_saved(_where(args.exp_dir))
     rows = trials(exp)
     try:
         best = select(exp, rows)
@@ -117,7 +123,7 @@ def cmd_status(args) -> int:
 
 def cmd_export(args) -> int:
     from .export import export
-    m = export(args.exp_dir, args.out, args.select, args.force)
+    m = export(_where(args.exp_dir), args.out, args.select, args.force)
     branch = f" (branch {', '.join(m['branch'])})" if m["branch"] else ""
     print(f"exported trial {m['trial_id']}{branch} to {args.out}: val_acc {m['val_acc']:.4f}, "
           f"test_acc {m['test_acc']:.4f}")
@@ -129,7 +135,7 @@ def cmd_report(args) -> int:
     from .report import build
     if args.top_k < 1:
         raise ExperimentError(args.exp_dir, [f"--top-k {args.top_k}: give 1 or more trials"])
-    r = build(args.exp_dir, args.out, args.top_k)
+    r = build(_where(args.exp_dir), args.out, args.top_k)
     for w in r["warnings"]:
         print(f"warning: {w}")
     print(f"report: {r['html']}\nplots: {', '.join(Path(p).name for p in r['pngs'])}")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import getpass
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -268,3 +269,22 @@ def logs(exp_id: str, address: str | None, follow: bool, out=sys.stdout) -> int:
         if not follow or not got["live"]:
             return 0
         time.sleep(1.0)
+
+
+def experiment_location(arg: str) -> str:
+    """An experiment folder (or URI) as given, or the folder of a registry id when this machine
+    holds the service's registry (the head: TUNER_HOME/service.json says where).  Never connects
+    to a cluster: a folder that is missing is reported by the command as such."""
+    from trainables.runtime.storage import is_uri
+
+    from .dispatcher import head_storage
+    from .registry import Registry
+    if is_uri(arg) or Path(arg).exists() or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", arg):
+        return arg
+    storage = head_storage()
+    if not storage:
+        return arg
+    try:
+        return Registry(storage).get(arg).location
+    except RegistryError:
+        return arg

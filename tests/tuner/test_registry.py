@@ -133,3 +133,16 @@ def test_settings_saved_beside_the_registry_come_back(tmp_path):
     s = ServiceSettings(storage=str(tmp_path), max_running=5)
     reg.save_settings(s)
     assert reg.saved_settings() == s
+
+
+def test_a_registry_id_names_its_experiment_folder_on_the_head(tmp_path, monkeypatch):
+    from tuner.service import experiment_location
+    monkeypatch.setenv("TUNER_HOME", str(tmp_path / "home"))
+    reg = Registry(tmp_path / "svc")
+    rec = _record(reg)
+    assert experiment_location(rec.id) == rec.id        # no service on this machine: as given
+    (tmp_path / "home").mkdir()
+    (tmp_path / "home" / "service.json").write_text(json.dumps({"format": 1, "storage": str(tmp_path / "svc")}))
+    assert experiment_location(rec.id) == "/tmp/x"
+    assert experiment_location("unknown-id") == "unknown-id"
+    assert experiment_location(str(tmp_path)) == str(tmp_path)
