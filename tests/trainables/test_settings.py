@@ -27,8 +27,9 @@ def test_only_the_settings_module_reads_the_environment():
                     and isinstance(node.value, ast.Name) and node.value.id == "os":
                 found.append(str(p.relative_to(ROOT)))
     # The rank launcher hands its children the whole environment (plus PYTHONPATH); the driver
-    # applies Tune's knobs when a run starts: both write, neither reads a setting.
-    assert sorted(found) == ["trainables/runtime/ranks.py", "tuner/connect.py"], found
+    # applies Tune's knobs when a run starts; the CLI puts Ray's client in token mode for the
+    # service verbs before Ray is imported: all write, none reads a setting.
+    assert sorted(found) == ["trainables/runtime/ranks.py", "tuner/cli.py", "tuner/connect.py"], found
 
 
 def test_importing_the_packages_leaves_the_environment_as_it_was():
