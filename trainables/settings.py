@@ -53,6 +53,13 @@ DRIVER_TUNE_ENV = {
     # A snapshot per checkpoint is what keeps the best and latest checkpoints safe; Tune
     # would warn about it every few seconds on short trials.
     "TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S": "0",
+    # Tune keeps one trial pending at a time for a searcher it does not wrap in its
+    # ConcurrencyLimiter (ours keep the slots themselves), so trials started one after another,
+    # each waiting for its actor; and with short trials a finished trial's cached actor took over
+    # the one pending trial first every time, cancelling the new actor it had asked for, so a run
+    # could stay below its slots for good.  Our searchers (and Tune's own generator, given
+    # max_concurrent_trials) already bound what is pending; Tune's limit must not be the bound.
+    "TUNE_MAX_PENDING_TRIALS_PG": "10000",
 }
 
 

@@ -58,6 +58,39 @@ def mark_trial_state(tune_controller, trial) -> None:
     getattr(tune_controller, "_tune_controller", tune_controller)._mark_trial_to_checkpoint(trial)
 
 
+# ---------------------------------------------------------------- Tune's result files
+# ray.tune.logger.logger.LoggerCallback._restore_from_remote: on every trial start, a trial
+# with a checkpoint gets result.json / progress.csv copied from the storage path over the
+# driver's staging copy.  A paused trial resumed in the same run (promotion ASHA) has its
+# newest rows only in the staging copy (storage gets them at the next sync), so the copy from
+# storage wiped the rows of the epochs before the pause.  Only a driver without a staging
+# copy (`tuner resume`, a new process) needs the one from storage.
+
+from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
+
+
+class _KeepStaged:
+    def _restore_from_remote(self, file_name: str, trial) -> None:
+        from pathlib import Path
+        if Path(trial.local_path, file_name).exists():
+            return
+        super()._restore_from_remote(file_name, trial)  # type: ignore[misc]
+
+
+class KeptJsonLogger(_KeepStaged, JsonLoggerCallback):
+    """Tune's result.json writer, keeping this driver's rows when a trial resumes."""
+
+
+class KeptCsvLogger(_KeepStaged, CSVLoggerCallback):
+    """Tune's progress.csv writer, keeping this driver's rows when a trial resumes."""
+
+
+def result_loggers() -> list:
+    """hook result_loggers: Tune's result.json and progress.csv callbacks (they take the place
+    of Tune's own) with the staged rows kept across a pause."""
+    return [KeptJsonLogger(), KeptCsvLogger()]
+
+
 # ---------------------------------------------------------------- Ray Train's state actor
 # ray.train.v2._internal.state.state_actor.get_or_create_state_actor: the actor the
 # dashboard's Train view reads; no public way to start it before the first run.

@@ -10,6 +10,7 @@ def build_tuner(exp: Experiment, concurrency: int, verbose: bool = False, warm: 
     """`warm`: an earlier experiment's study trials (tuner/warmstart.py), told to the study first."""
     from ray import tune
 
+    from . import _compat
     from .scheduler import RUNG_FILE
     from .searcher import JOURNAL, FixedSearcher, make_searcher
     from .share import from_env
@@ -46,7 +47,7 @@ def build_tuner(exp: Experiment, concurrency: int, verbose: bool = False, warm: 
         tune_config=tune.TuneConfig(metric=None if multi else exp.metric, mode=None if multi else exp.mode,
                                     search_alg=searcher, scheduler=scheduler, num_samples=exp.budget.num_samples,
                                     max_concurrent_trials=concurrency, time_budget_s=exp.budget.time_limit_s,
-                                    reuse_actors=reuse_actors(exp), trial_dirname_creator=trial_folder_name),
+                                    reuse_actors=reuse_actors(exp, share is not None), trial_dirname_creator=trial_folder_name),
         run_config=tune.RunConfig(
             name=exp.name, storage_path=exp.storage_path if exp.remote else str(exp.exp_dir.parent),
             checkpoint_config=tune.CheckpointConfig(num_to_keep=KEEP_BEST, checkpoint_score_attribute=exp.metric,
@@ -56,7 +57,8 @@ def build_tuner(exp: Experiment, concurrency: int, verbose: bool = False, warm: 
             # Files a trial writes in its folder (the model's TensorBoard views) reach the
             # experiment folder from whichever node ran it.
             sync_config=tune.SyncConfig(sync_artifacts=True),
-            callbacks=[TrialTensorBoard([p.name for p in exp.searched], exp.metric), console_for(exp)]),
+            callbacks=[TrialTensorBoard([p.name for p in exp.searched], exp.metric), console_for(exp),
+                       *_compat.result_loggers()]),
     )
 
 
@@ -77,12 +79,15 @@ def asha(budget, metric: str | None = None, mode: str | None = None, cutoff: str
                          cutoff=cutoff, records=records)
 
 
-def reuse_actors(exp: Experiment) -> bool:
+def reuse_actors(exp: Experiment, shared: bool = False) -> bool:
     """Tune reuses a trial's actor for the next trial (~0.3 s between trials instead of ~2 s),
     except for TorchTrainer trials: a reused actor's second trial never received its Train
     workers' reports (seen with Ray 2.60: the run waited for ever), and such a trial takes
-    10-15 s to start its workers anyway."""
-    return not (exp.resources.workers > 1 and exp.resources.ddp == "train")
+    10-15 s to start its workers anyway.  Nor under the service (`shared`): a finished trial's
+    cached actor goes to the next pending trial and cancels the new actor Tune had asked for,
+    so with trials shorter than an actor's start an experiment whose share grew never took up
+    its new slots (seen in CI: 2 of 4 CPUs held for a minute)."""
+    return not (exp.resources.workers > 1 and exp.resources.ddp == "train") and not shared
 
 
 def trial_folder_name(trial) -> str:

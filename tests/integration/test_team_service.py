@@ -120,6 +120,19 @@ def _held(job_ids: dict[str, str]) -> dict[str, float]:
     return out
 
 
+def _cluster_view(svc: Service, exp_id: str) -> str:
+    """What holds the cluster now, for a failure message: live actors and placement groups by
+    job, and the tail of the experiment's driver log."""
+    from ray.util.state import list_actors, list_placement_groups
+    url = f"http://{os.environ['TUNER_TEST_DASHBOARD_URL']}"
+    actors = [(a.job_id, a.state, a.class_name, a.required_resources) for a in
+              list_actors(address=url, detail=True, limit=1000, raise_on_missing_output=False) if a.state != "DEAD"]
+    pgs = [(g.creator_job_id, g.state, g.bundles) for g in
+           list_placement_groups(address=url, detail=True, limit=1000, raise_on_missing_output=False) if g.state != "REMOVED"]
+    log = _cli("logs", exp_id, "--no-follow", "--address", svc.address).stdout[-3000:]
+    return f"actors: {actors}\nplacement groups: {pgs}\ndriver log tail:\n{log}"
+
+
 def _driver_jobs(svc: Service, ids: list[str]) -> dict[str, str]:
     client = _jobs()
     recs = svc.records()
@@ -172,7 +185,12 @@ def test_equal_priorities_share_evenly_a_third_waits_and_the_dispatcher_comes_ba
     assert r.returncode == 0, r.stderr
     service.wait(lambda: service.queue()[b]["slots"] == 4, "the remaining experiment taking the cluster", timeout=60)
     jobs = _driver_jobs(service, [b])
-    service.wait(lambda: _held(jobs)[b] >= 3, "its trials growing into the freed CPUs", timeout=60)
+    seen: list[float] = []
+    try:
+        service.wait(lambda: seen.append(_held(jobs)[b]) or seen[-1] >= 3, "its trials growing into the freed CPUs",
+                     timeout=60)
+    except AssertionError as e:
+        raise AssertionError(f"{e}\nCPUs held by {b} over the wait: {seen}\n{_cluster_view(service, b)}") from None
     r = _cli("cancel", b, "--address", service.address)
     assert r.returncode == 0, r.stderr
     out = _cli("logs", b, "--no-follow", "--address", service.address)

@@ -281,3 +281,39 @@ def test_every_hook_has_a_test_by_its_name():
         hooks |= set(re.findall(r'"""hook (\w+):', (root / module).read_text()))
     named = " ".join(re.findall(r'@hook\("([^"]+)"\)', Path(__file__).read_text()))
     assert hooks and not {h for h in hooks if not re.search(rf"\b{h}\b", named)}
+
+
+@hook("result_loggers")
+def test_result_loggers(tmp_path):
+    """Tune's loggers copy a resumed trial's result file from storage over the driver's staging
+    copy when the trial starts again (the premise); ours keep the staging copy when there is
+    one, and copy when there is not (a new driver)."""
+    from types import SimpleNamespace
+
+    import pyarrow.fs
+    from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
+    staged, stored = tmp_path / "staged", tmp_path / "stored"
+    staged.mkdir()
+    stored.mkdir()
+
+    class Trial:   # what the loggers read of a trial that has a checkpoint
+        local_path, config, checkpoint = str(staged), {}, object()
+        storage = SimpleNamespace(trial_fs_path=str(stored), storage_filesystem=pyarrow.fs.LocalFileSystem())
+
+        def init_local_path(self):
+            pass
+
+    def start(logger, name):
+        """The file's rows before the resumed trial's first new one."""
+        trial = Trial()
+        logger.log_trial_result(1, trial, {"epoch": 3})
+        logger.log_trial_end(trial)
+        return "".join((staged / name).read_text().splitlines(keepends=True)[:-1])
+    for name, tune_cls in (("result.json", JsonLoggerCallback), ("progress.csv", CSVLoggerCallback)):
+        (stored / name).write_text("epoch 1 (synced earlier)\n")
+        (staged / name).write_text("epoch 1\nepoch 2\n")
+        kept = next(c for c in _compat.result_loggers() if isinstance(c, tune_cls))
+        assert start(kept, name) == "epoch 1\nepoch 2\n"
+        assert start(tune_cls(), name) == "epoch 1 (synced earlier)\n"   # what Tune's own does
+        (staged / name).unlink()
+        assert start(kept, name) == "epoch 1 (synced earlier)\n"

@@ -1,8 +1,10 @@
-"""The fidelity-aware searcher and trial selection, without a Ray cluster."""
+"""The fidelity-aware searcher and trial selection (without a Ray cluster, but for the last test:
+Tune filling the slots our searcher keeps)."""
 import math
 import sys
 from pathlib import Path
 
+import pytest
 from optuna.trial import TrialState
 
 from tuner.config import parse
@@ -229,3 +231,37 @@ def test_the_snapshot_of_a_cloud_experiment_carries_the_journal_and_the_rung_rec
     (local / RUNG_FILE).write_text('{"format": 1}')
     s.save(str(staging / "searcher-state.pkl"))
     assert (staging / RUNG_FILE).read_text() == '{"format": 1}'
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(240)
+def test_short_trials_fill_every_slot_at_once(ray_address, tmp_path, monkeypatch):
+    """Trials shorter than an actor's start still run four at a time on four CPUs: Tune asks
+    for every free slot's actor at once (the driver's TUNE_MAX_PENDING_TRIALS_PG), instead of one
+    pending trial that a finished trial's cached actor takes over before its own actor starts."""
+    import json
+    import time
+
+    from ray import tune
+
+    from trainables import settings
+    from tuner.searcher import FixedSearcher
+    for k, v in settings.driver_env(verbose=False, environ={}).items():
+        monkeypatch.setenv(k, v)
+    log = tmp_path / "spans.jsonl"
+
+    def trainable(config):
+        start = time.time()
+        time.sleep(1.0)
+        with open(log, "a") as f:
+            f.write(json.dumps([start, time.time()]) + "\n")
+        tune.report({"val_acc": 0.5, "epoch": 1})
+
+    searcher = FixedSearcher("val_acc", "max")
+    tune.Tuner(trainable, tune_config=tune.TuneConfig(search_alg=searcher, num_samples=16, max_concurrent_trials=4,
+                                                     reuse_actors=True),
+               run_config=tune.RunConfig(name="slots", storage_path=str(tmp_path), verbose=0)).fit()
+    spans = [json.loads(line) for line in log.read_text().splitlines()]
+    assert len(spans) == 16
+    most = max(sum(s <= t < e for s, e in spans) for t, _ in spans)
+    assert most == 4, sorted(spans)
