@@ -15,7 +15,20 @@ EXPERIMENT_FILE = "tuner-experiment.yaml"
 
 def save_experiment(exp: Experiment) -> None:
     data = exp.model_dump(mode="json", exclude_unset=True)  # what the user wrote, not every default
+    # ASHA's kind always: a resume runs the kind the search started with, whatever the default is then.
+    data["budget"] = {**data.get("budget", {}), "asha": exp.budget.asha}
     write_file(exp, EXPERIMENT_FILE, yaml.safe_dump(data, sort_keys=False))
+
+
+def saved_overrides(text: str) -> list[str]:
+    """What a saved experiment left to defaults that have changed since: a folder saved before
+    promotion ASHA was the default (no budget.asha in it) ran stopping ASHA."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return []   # parse reports it
+    budget = data.get("budget") if isinstance(data, dict) else None
+    return [] if isinstance(budget, dict) and "asha" in budget else ["budget.asha=stopping"]
 
 
 def write_file(exp: Experiment, name: str, text: str) -> None:
@@ -125,7 +138,8 @@ def load_saved(exp_dir: str | Path, journal: bool = False) -> Experiment:
             f"refused: {b}; the folder holds pickled state that runs code when read — "
             "check who changed it, then `chmod -R go-w` it if it is yours" for b in bad[:5]] + more)
     from .config import parse
-    exp = parse(path.read_text(), str(path))
+    text = path.read_text()
+    exp = parse(text, str(path), saved_overrides(text))
     # The folder may have moved since the run: trust where it is now.
     return exp.model_copy(update={"storage_path": str(Path(exp_dir).resolve().parent),
                                   "name": Path(exp_dir).resolve().name})
@@ -142,7 +156,7 @@ def _load_remote(location: str, journal: bool) -> Experiment:
     except Exception as e:  # noqa: BLE001 - pyarrow: credentials, endpoint, bad URI
         raise ExperimentError(location, [(f"cannot read it: {storage.first_line(e)}; check the URI and "
                                          "the credentials")]) from None
-    exp = parse(text, storage.join(location, EXPERIMENT_FILE))
+    exp = parse(text, storage.join(location, EXPERIMENT_FILE), saved_overrides(text))
     exp = exp.model_copy(update={"storage_path": parent, "name": name})
     pull(exp, journal)
     return exp

@@ -8,7 +8,7 @@ import typing
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
 from trainables.config import TrainConfig
 from trainables.config import branch_name as qualified
@@ -74,8 +74,10 @@ class Budget(BaseModel):
     time_limit_s: float | None = Field(None, gt=0, le=31_536_000)  # seconds, wall clock of the whole search (<= a year)
     # ASHA's kind (tuner/scheduler.py): "stopping" ends a trial below the rung's cutoff for
     # good; "promotion" pauses it at the rung and resumes it from its checkpoint once it ranks
-    # in the rung's top 1/eta.
-    asha: Literal["stopping", "promotion"] = "stopping"
+    # in the rung's top 1/eta.  The default is promotion, measured ahead of stopping
+    # (BENCHMARKS.md, "Asynchronous multi-fidelity search"), except where the experiment rules
+    # it out (Experiment.default_asha).
+    asha: Literal["stopping", "promotion"] = "promotion"
 
     @property
     def rungs(self) -> tuple[int, ...]:
@@ -208,6 +210,18 @@ class Experiment(BaseModel):
     # One trial at a time, deterministic training: a rerun with the same seed makes the same
     # proposals and the same rung decisions (docs/search.md, "Reproducible runs").
     reproducible: bool = False
+
+    @model_validator(mode="after")
+    def default_asha(self) -> Experiment:
+        """Left unset, budget.asha is promotion unless the experiment rules it out (a time
+        limit, or a checkpoint interval that misses a rung: tuner/checks.py says why): then
+        stopping, as before promotion was the default.  Written, it is checked as written."""
+        if "asha" in self.budget.model_fields_set or self.budget.asha != "promotion":
+            return self
+        from .checks import promotion_problems
+        if promotion_problems(self):
+            self.budget = self.budget.model_copy(update={"asha": "stopping"})
+        return self
 
     @property
     def searched(self) -> list[Searched]:

@@ -77,10 +77,14 @@ def default_sampler(seed: int | None, num_samples: int, warm: bool = False) -> o
 def make_searcher(search: dict, metric: str | list[str], mode: str | list[str], seed: int | None, budget,
                   journal: str | Path | None = None, study_name: str = "tuner",
                   sampler: optuna.samplers.BaseSampler | None = None, rungs: tuple[int, ...] = (),
-                  warm: bool = False, rung_model: bool = False) -> FidelitySearcher:
+                  warm: bool = False, rung_model: bool | None = None) -> FidelitySearcher:
     """The searcher of a run over the experiment's (define-by-run) space; `sampler`, `rungs` and
     `rung_model` are what the benchmarks vary (default: default_sampler, no rung bookkeeping,
-    TPE over the study itself)."""
+    and the rung model wherever TPE proposes: measured ahead of TPE over the study alone on
+    digits and MF-Hartmann, level on Hartmann-6, BENCHMARKS.md; a Sobol search keeps its
+    sequence)."""
+    if rung_model is None:
+        rung_model = sampler is None and (warm or budget.num_samples >= GUIDED_FROM)
     return FidelitySearcher(space=SearchSpace(search), metric=metric, mode=mode,
                             sampler=sampler or default_sampler(seed, budget.num_samples, warm), journal=journal,
                             study_name=study_name, max_epochs=budget.max_epochs, rungs=rungs,

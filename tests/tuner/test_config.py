@@ -434,3 +434,36 @@ def test_stage_shm_is_gone_from_the_yaml_but_old_trial_configs_still_load():
     from trainables.config import TrainConfig
     one("name: t\ntrain: {stage_shm: true}\n", "train.stage_shm", "unknown key")
     assert "stage_shm" not in TrainConfig.from_dict({"stage_shm": True, "lr": 0.1}).to_dict()
+
+
+def test_asha_defaults_to_promotion_unless_the_experiment_rules_it_out(tmp_path):
+    """Left out, budget.asha is promotion; with a time limit, or a checkpoint interval that
+    misses a rung, it is stopping (nothing refused); written, it stays as written.  The saved
+    file holds the kind the search started with, and a folder saved before promotion was the
+    default (no asha in it) loads as stopping, which it ran."""
+    import shutil
+
+    from tuner.experiment import EXPERIMENT_FILE, load_saved, save_experiment
+    base = "name: a\nbudget: {num_samples: 30, max_epochs: 9%s}\n%s"
+    assert parse(base % ("", "")).budget.asha == "promotion"
+    assert parse(base % (", time_limit_s: 60", "")).budget.asha == "stopping"
+    assert parse(base % ("", "train: {checkpoint_every: 2}\n")).budget.asha == "stopping"   # rungs 1 and 3
+    assert parse(base % ("", "train: {checkpoint_every: 3}\n")).budget.asha == "stopping"   # misses rung 1
+    assert parse(base % (", asha: stopping", "")).budget.asha == "stopping"
+    one(base % (", asha: promotion, time_limit_s: 60", ""), "budget.time_limit_s", "asha: stopping")
+    exp = parse(base % ("", "") + f"storage_path: {tmp_path}\n")
+    save_experiment(exp)
+    assert "asha: promotion" in (exp.exp_dir / EXPERIMENT_FILE).read_text()
+    assert load_saved(exp.exp_dir).budget.asha == "promotion"
+    old = shutil.copytree(ROOT / "tests" / "fixtures" / "written-by-0.1.0", tmp_path / "old")
+    assert "asha" not in (old / EXPERIMENT_FILE).read_text()
+    assert load_saved(old).budget.asha == "stopping"
+
+
+def test_the_rung_model_proposes_wherever_tpe_does():
+    from tuner.searcher import GUIDED_FROM, make_searcher
+    exp = parse(GOOD)
+    for n, warm, expected in ((GUIDED_FROM - 1, False, False), (GUIDED_FROM, False, True), (4, True, True)):
+        budget = exp.budget.model_copy(update={"num_samples": n})
+        s = make_searcher(exp.search, "val_acc", "max", 0, budget, warm=warm)
+        assert bool(s.model_rungs) is expected, (n, warm)

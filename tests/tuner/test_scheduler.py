@@ -59,13 +59,13 @@ def result(epoch, loss):
 
 
 def test_stopping_asha_cuts_by_rank_and_stops_at_max_epochs():
-    s = asha(budget(), "val_loss", "min")
+    s = asha(budget(asha="stopping"), "val_loss", "min")
     assert not s.promotion and s.rungs == (1, 3)
     out = [s.on_trial_result(None, T(tid), result(1, loss))
            for tid, loss in (("diverging", 1000.0), ("good", 0.5), ("chance", 2.3), ("better", 0.4))]
     # By rank the cutoff at chance level is 0.5 (a recorded value); Ray's interpolation gives ~333.
     assert out == [CONTINUE, CONTINUE, STOP, CONTINUE]
-    i = asha(budget(), "val_loss", "min", cutoff="interpolated")
+    i = asha(budget(asha="stopping"), "val_loss", "min", cutoff="interpolated")
     assert [i.on_trial_result(None, T(tid), result(1, loss))
             for tid, loss in (("diverging", 1000.0), ("good", 0.5), ("chance", 2.3))] == [CONTINUE] * 3
     # A trial is judged once per rung, at its first result there; the last epoch stops it.

@@ -202,7 +202,8 @@ def test_a_diverging_trials_loss_at_a_rung_does_not_let_chance_level_trials_thro
         trial_id: str
 
     def decisions(cutoff="ranked"):
-        s = asha(Budget(num_samples=8, max_epochs=9, grace_epochs=1, reduction_factor=3), "val_loss", "min", cutoff)
+        s = asha(Budget(num_samples=8, max_epochs=9, grace_epochs=1, reduction_factor=3, asha="stopping"), "val_loss",
+                 "min", cutoff)
         out = []
         for tid, loss in (("diverging", 1000.0), ("good", 0.5), ("chance", 2.3), ("better", 0.4)):
             s.on_trial_add(None, T(tid))
