@@ -6,7 +6,10 @@
     .venv/bin/python benchmarks/search_efficiency.py --workload digits --digits-grace 2
 
 Searchers, each given the same trial count, concurrency, seeds and (where they use one) the
-same ASHA (grace 1 epoch, eta 3, max E epochs):
+same ASHA (grace 1 epoch, eta 3, max E epochs), stopping ASHA (`budget.asha: stopping`): this
+benchmark compares searchers under one scheduler, and its Hartmann trainable keeps no checkpoint
+to resume from.  The shipped default, promotion ASHA with the rung model, is measured against
+the field in benchmarks/search_frontier.py:
   ours           what `tuner run` ships: FidelitySearcher (tuner.searcher.make_searcher) under ASHA;
                  TPE from 24 trials, a scrambled Sobol sequence below (digits' 16 trials)
   optuna_search  Ray's stock OptunaSearch (TPE; ASHA-stopped trials told as COMPLETE) under ASHA
@@ -279,7 +282,7 @@ def run_seeds(name: str, seeds: list[int], searchers: list[str], one: Callable[[
 
 
 def bench_hartmann(seeds: list[int], trials: int, epochs: int, storage: str, searchers: list[str]) -> dict[str, Any]:
-    budget = Budget(num_samples=trials, max_epochs=epochs, grace_epochs=1, reduction_factor=3)
+    budget = Budget(num_samples=trials, max_epochs=epochs, grace_epochs=1, reduction_factor=3, asha="stopping")
     searchers = [w for w in searchers if "space" not in VARIANTS.get(w, {})]   # a digits-space variant
 
     def one(who: str, seed: int) -> list[tuple]:
@@ -319,7 +322,7 @@ name: digits-bench
 seed: {seed}
 metric: val_loss
 mode: min
-budget: {{num_samples: {trials}, max_epochs: {epochs}, grace_epochs: {grace}, reduction_factor: 3}}
+budget: {{num_samples: {trials}, max_epochs: {epochs}, grace_epochs: {grace}, reduction_factor: 3, asha: stopping}}
 train: {{dataset: digits, cache_dir: {cache}, model: convnet, width: {width}, flip: false, crop_padding: 1,
          val_fraction: 0.3, scheduler: cosine, seed: {seed}}}
 search:

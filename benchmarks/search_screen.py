@@ -100,7 +100,7 @@ def main() -> None:
         ap.error(f"--searchers: ours first, then any of {', '.join(sorted(allowed))}")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     warnings.simplefilter("ignore")   # Optuna's experimental-feature warnings, once per study
-    budget = Budget(num_samples=args.trials, max_epochs=9, grace_epochs=1, reduction_factor=3)
+    budget = Budget(num_samples=args.trials, max_epochs=9, grace_epochs=1, reduction_factor=3, asha="stopping")
     seeds = list(range(args.seed_offset, args.seed_offset + args.seeds))
     t0 = time.monotonic()
     runs = {w: [replay(w, s, budget) for s in seeds] for w in searchers}

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shlex
 import sys
 import threading
 import time
@@ -222,7 +223,7 @@ class Dispatcher:
             args = ["run", r.file]
         attempt = r.attempts + 1
         job = f"tuner-{r.id}-{attempt}"
-        entry = " ".join([sys.executable, "-m", "tuner", *args, "--address", "auto"])
+        entry = shlex.join([sys.executable, "-m", "tuner", *args, "--address", "auto"])
         try:
             self.client().submit_job(entrypoint=entry, submission_id=job, entrypoint_num_cpus=0,
                                      runtime_env={"env_vars": {settings.SERVICE_ID: r.id}})

@@ -7,8 +7,9 @@ promotion: a trial reaching a rung pauses there (Tune saves its checkpoint and f
     slot) unless it is already among the top floor(n/eta) of the n trials recorded at that rung;
     a paused trial is promoted (resumed from its checkpoint) as soon as enough trials have
     reached its rung for it to be in that top set.  Promotions go before new trials.  When the
-    searcher has no trial left to start and nothing runs, the paused trials that were not
-    promoted are finished as "stopped at rung r" (TERMINATED, like a trial stopping ASHA ends).
+    searcher has no trial left to start and nothing runs, a rung that promoted nobody promotes
+    its best paused trial (last_promotion), and then the paused trials that were not promoted
+    are finished as "stopped at rung r" (TERMINATED, like a trial stopping ASHA ends).
 
 Ray saves no scheduler state, so the rung records live in a JSON file of their own in the
 experiment folder (RUNG_FILE, written atomically on every change); `resume` hands the scheduler
@@ -137,6 +138,9 @@ class RungScheduler(TrialScheduler):
                 return t
         if self.promotion and tune_controller.search_alg.is_finished() and \
                 not any(t.status in (Trial.PENDING, Trial.RUNNING) for t in trials):
+            last = self.last_promotion(trials)
+            if last is not None:
+                return last
             self.finish_paused(tune_controller, trials)
         for t in trials:   # paused for another reason than a rung (none today): Tune's order
             if t.status == Trial.PAUSED and t.trial_id not in self.paused:
@@ -196,6 +200,25 @@ class RungScheduler(TrialScheduler):
         by_id = {t.trial_id: t for t in trials if t.status == Trial.PAUSED}
         for rung, tid in self.due():
             if tid in by_id:
+                self.promoted[rung].append(tid)
+                del self.paused[tid]
+                self.save()
+                return by_id[tid]
+        return None
+
+    def last_promotion(self, trials: list[Trial]) -> Trial | None:
+        """The search is over and nothing runs: a rung that promoted no trial (fewer than eta
+        reached it, so its top set was empty) promotes its best paused one, highest rung first,
+        as synchronous successive halving keeps max(1, floor(n / eta)); so a small search (a
+        single trial, too) still trains a trial to max_epochs."""
+        by_id = {t.trial_id: t for t in trials if t.status == Trial.PAUSED}
+        for rung in reversed(self.rungs):
+            if self.promoted[rung]:
+                continue
+            waiting = [tid for tid, r in self.paused.items() if r == rung and tid in by_id]
+            if waiting:
+                rec = self.recorded[rung]
+                tid = max(waiting, key=lambda t: rec.get(t, -math.inf))   # ties: the first recorded
                 self.promoted[rung].append(tid)
                 del self.paused[tid]
                 self.save()

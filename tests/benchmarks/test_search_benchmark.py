@@ -92,7 +92,7 @@ def test_the_screen_replays_tunes_asha_with_two_trials_in_flight():
     import search_screen
 
     from tuner.schema import Budget
-    budget = Budget(num_samples=12, max_epochs=9, grace_epochs=1, reduction_factor=3)
+    budget = Budget(num_samples=12, max_epochs=9, grace_epochs=1, reduction_factor=3, asha="stopping")
     for who in ("ours", "random"):
         rows = search_screen.replay(who, 0, budget)
         epochs: dict[str, list[int]] = {}

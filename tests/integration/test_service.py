@@ -560,7 +560,8 @@ def test_quickstart_console_is_quiet_and_names_each_trial_event(ray_address, tmp
         assert chatter not in text, chatter
     exp_dir = tmp_path / "quickstart"
     assert f"tensorboard --logdir {exp_dir}" in text
-    ended = [ln for ln in lines if re.search(r"\] trial \w+ (stopped by ASHA at epoch \d|finished 15 epochs)", ln)]
+    ended = [ln for ln in lines if re.search(r"\] trial \w+ (stopped at rung epoch \d+ \(not promoted\)|finished 15 epochs)",
+                                             ln)]   # promotion ASHA, the default
     assert len([ln for ln in lines if re.search(r"\] trial \w+ started \| lr=", ln)]) == 12
     assert len(ended) == 12 and ended[-1].startswith("[12/12 done ") and all("(best " in ln for ln in ended)
     best = next(ln for ln in lines if ln.startswith("best val_acc"))

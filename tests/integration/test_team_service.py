@@ -1,5 +1,5 @@
 """The tuning service on the session's Ray (4 logical CPUs, token auth, dashboard): submit, queue,
-fair share by priority measured from the cluster's own actor table, the dispatcher killed and
+fair share by priority measured from the cluster's own placement-group table, the dispatcher killed and
 re-created, cancel, logs and bad input.  One dispatcher for the module; every experiment it
 started is stopped at the end."""
 import contextlib
@@ -106,17 +106,18 @@ def service(ray_address, tmp_path_factory):
 
 
 def _held(job_ids: dict[str, str]) -> dict[str, float]:
-    """CPUs each experiment's trials hold now, from the cluster's actor table (not from the
-    service): its driver job's alive actors that reserve CPUs."""
-    from ray.util.state import list_actors
+    """CPUs each experiment holds now, from the cluster's placement-group table (not from the
+    service): the CPUs of its driver job's created placement groups, which is where Tune reserves
+    each trial's resources, whether its actor is up yet or still starting."""
+    from ray.util.state import list_placement_groups
     out = dict.fromkeys(job_ids, 0.0)
     by_job = {v: k for k, v in job_ids.items()}
-    for a in list_actors(address=f"http://{os.environ['TUNER_TEST_DASHBOARD_URL']}", filters=[("state", "=", "ALIVE")],
-                         detail=True, limit=1000, raise_on_missing_output=False):
-        exp = by_job.get(a.job_id)
+    for g in list_placement_groups(address=f"http://{os.environ['TUNER_TEST_DASHBOARD_URL']}",
+                                   filters=[("state", "=", "CREATED")], detail=True, limit=1000,
+                                   raise_on_missing_output=False):
+        exp = by_job.get(g.creator_job_id)
         if exp is not None:
-            out[exp] += sum(v for k, v in (a.required_resources or {}).items() if k == "CPU" or k.startswith("CPU_group_")
-                            and k.count("_") == 2)
+            out[exp] += sum(float((b.get("unit_resources") or {}).get("CPU", 0.0)) for b in g.bundles or [])
     return out
 
 
@@ -251,3 +252,91 @@ def test_bad_input_reaches_nothing_and_says_so_in_one_line(service, tmp_path):
         assert r.returncode == 0 and "refused:" in r.stdout and "writable by group or others" in r.stdout, r.stdout
     finally:
         planted.unlink()
+
+
+class Head:
+    """A Ray head of this test's own (`ray start --head --block`: its ports, temp dir and token),
+    stopped by ending its process group; nothing else on the machine is touched."""
+
+    def __init__(self, root: Path, env: dict[str, str], n: int):
+        import tempfile
+
+        from ray_helpers import free_ports
+        self.root, self.env = root, env
+        self.temp_dir = Path(tempfile.mkdtemp(prefix="tuner-svc-", dir="/tmp"))   # socket paths stay short
+        gcs, dash, client, nm, om, metrics, agent_http, agent_grpc, renv = free_ports(9)
+        self.log = root / f"head-{n}.log"
+        self.proc = subprocess.Popen(
+            [str(Path(sys.executable).parent / "ray"), "start", "--head", "--block", f"--port={gcs}",
+             f"--dashboard-port={dash}", "--dashboard-host=127.0.0.1", "--include-dashboard=true",
+             f"--ray-client-server-port={client}", f"--node-manager-port={nm}", f"--object-manager-port={om}",
+             f"--metrics-export-port={metrics}", f"--dashboard-agent-listen-port={agent_http}",
+             f"--dashboard-agent-grpc-port={agent_grpc}", f"--runtime-env-agent-port={renv}",
+             "--min-worker-port=0", "--max-worker-port=0", "--num-cpus=2", f"--temp-dir={self.temp_dir}"],
+            env=env, start_new_session=True, stdout=self.log.open("w"), stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 90
+        while not (m := re.search(r"--address='([^']+)'", self.log.read_text())):
+            assert time.monotonic() < deadline and self.proc.poll() is None, self.log.read_text()[-3000:]
+            time.sleep(0.5)
+        self.address = m[1]
+
+    def stop(self) -> None:
+        import signal
+
+        import psutil
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(self.proc.pid, sig)
+                self.proc.wait(timeout=20)
+                break
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                continue
+        for p in psutil.process_iter(["cmdline"]):   # anything of this head's session, drivers included
+            with contextlib.suppress(psutil.Error):
+                if any(str(self.temp_dir) in part for part in (p.info["cmdline"] or [])) or \
+                        str(self.root) in " ".join(p.info["cmdline"] or []):
+                    p.kill()
+
+
+@pytest.mark.timeout(420)
+def test_a_new_head_on_the_same_storage_resumes_the_running_experiment_and_keeps_the_queue(tmp_path):
+    """The whole head goes (its dispatcher, the running driver, Ray's job table); `tuner service
+    start` on a new head with the same settings resumes the experiment that was running, with
+    no trial lost, and the queued one still waits its turn, then runs."""
+    import secrets
+    token = tmp_path / "token"
+    token.write_text(secrets.token_hex(32))
+    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token), "TUNER_HOME": str(tmp_path / "home")}
+    env.pop("RAY_ADDRESS", None)
+    svc = Service(tmp_path, "")
+    (tmp_path / "service.yaml").write_text(f"storage: {svc.storage}\nmax_running: 1\nmax_retries: 0\npoll_s: 0.5\n")
+
+    def cli(*args):
+        r = _cli(*args, "--address", svc.address, env=env, timeout=180)
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+        return r.stdout
+    heads = [Head(tmp_path, env, 1)]
+    try:
+        svc.address = heads[0].address
+        cli("service", "start", "--config", str(tmp_path / "service.yaml"))
+        a = _submitted(cli("submit", str(svc.spec("hr-a", samples=4, epochs=3))))
+        b = _submitted(cli("submit", str(svc.spec("hr-b", samples=2, epochs=1))))
+        runs = tmp_path / "runs"
+        svc.wait(lambda: any(p.stat().st_size for p in (runs / "hr-a").glob("trial_*/result.json")),
+                 "a trial of the running experiment reporting", timeout=180)
+        assert svc.records()[a]["state"] == "running" and svc.records()[b]["state"] == "queued"
+        heads[0].stop()
+        assert not (runs / "hr-a" / "summary.json").exists()     # it was stopped mid-run
+        heads.append(Head(tmp_path, env, 2))
+        svc.address = heads[1].address
+        cli("service", "start", "--config", str(tmp_path / "service.yaml"))
+        svc.wait(lambda: svc.records()[a]["state"] == "finished", "the interrupted experiment finishing", timeout=240)
+        rec = svc.records()[a]
+        assert rec["attempts"] == 2 and rec["trials_done"] == 4, rec
+        summary = json.loads((runs / "hr-a" / "summary.json").read_text())
+        assert summary["trials"] == 4, summary
+        svc.wait(lambda: svc.records()[b]["state"] in ("running", "finished"), "the queued experiment starting",
+                 timeout=60)
+    finally:
+        for h in heads:
+            h.stop()

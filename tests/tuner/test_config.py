@@ -450,6 +450,10 @@ def test_asha_defaults_to_promotion_unless_the_experiment_rules_it_out(tmp_path)
     assert parse(base % ("", "train: {checkpoint_every: 2}\n")).budget.asha == "stopping"   # rungs 1 and 3
     assert parse(base % ("", "train: {checkpoint_every: 3}\n")).budget.asha == "stopping"   # misses rung 1
     assert parse(base % (", asha: stopping", "")).budget.asha == "stopping"
+    ddp = "resources: {workers: 2, ddp: %s}\n"
+    assert parse(base % ("", ddp % "train")).budget.asha == "stopping"
+    assert parse(base % ("", ddp % "auto")).budget.asha == "stopping"
+    assert parse(base % ("", ddp % "local")).budget.asha == "promotion"
     one(base % (", asha: promotion, time_limit_s: 60", ""), "budget.time_limit_s", "asha: stopping")
     exp = parse(base % ("", "") + f"storage_path: {tmp_path}\n")
     save_experiment(exp)

@@ -120,6 +120,34 @@ def test_when_the_search_is_over_paused_trials_end_as_stopped_at_their_rung():
     assert all(t.status == Trial.TERMINATED for t in ctl.trials)
 
 
+def test_a_rung_that_promoted_nobody_sends_its_best_on_when_the_search_is_over():
+    """Fewer than eta trials at a rung: its top set stays empty.  Once the search is over and
+    nothing runs, each such rung (highest first) promotes its best paused trial, so a small search
+    still trains one trial to max_epochs; the others end at their rung."""
+    s = asha(budget(asha="promotion"), "val_loss", "min")    # rungs 1 and 3, max 9
+    a, b = T("a"), T("b")
+    assert s.on_trial_result(None, a, result(1, 0.9)) == PAUSE
+    assert s.on_trial_result(None, b, result(1, 0.5)) == PAUSE
+    a.status = b.status = Trial.PAUSED
+    ctl = Controller([a, b], finished=True)
+    assert s.choose_trial_to_run(ctl) is b and s.promoted[1] == ["b"]   # the better one
+    b.status = Trial.RUNNING
+    assert s.choose_trial_to_run(ctl) is None and ctl.stopped == []     # b runs: nothing ends yet
+    assert s.on_trial_result(None, b, result(3, 0.4)) == PAUSE          # alone at rung 3
+    b.status = Trial.PAUSED
+    assert s.choose_trial_to_run(ctl) is b and s.promoted[3] == ["b"]
+    b.status = Trial.RUNNING
+    assert s.on_trial_result(None, b, result(9, 0.3)) == STOP           # max_epochs: it ends there
+    b.status = Trial.TERMINATED
+    assert s.choose_trial_to_run(ctl) is None
+    assert ctl.stopped == ["a"] and s.stopped == {"a": 1} and s.paused == {}
+    one = asha(budget(asha="promotion", num_samples=1), "val_loss", "min")   # a single trial
+    only = T("only")
+    assert one.on_trial_result(None, only, result(1, 0.5)) == PAUSE
+    only.status = Trial.PAUSED
+    assert one.choose_trial_to_run(Controller([only], finished=True)) is only
+
+
 def test_paused_trials_hold_no_slot():
     searcher = FixedSearcher("val_loss", "min")
     assert searcher.set_max_concurrency(2)     # the searcher counts slots, not Ray's limiter
