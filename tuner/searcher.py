@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import pickle
 import shutil
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -128,7 +129,6 @@ class SlotSearcher(Searcher):
         """The slots now: max_concurrent, or less under the service (its fair share); 0: no limit."""
         if self.share is None:
             return self.max_concurrent
-        import time
         running = self.running()
         # What it wants: every slot while Tune asks for trials, what runs once it stops asking.
         wanted = self.max_concurrent if time.monotonic() - self.asked < 10 else running
@@ -138,7 +138,6 @@ class SlotSearcher(Searcher):
     def full(self) -> bool:
         """Called when Tune asks for a trial: no slot free now."""
         if self.share is not None:
-            import time
             self.asked = time.monotonic()
         cap = self.cap()
         return cap > 0 and self.running() >= cap
