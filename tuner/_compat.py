@@ -9,6 +9,7 @@ Checked against: ray 2.60.0, optuna 5.x.
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -71,7 +72,6 @@ from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 
 class _KeepStaged:
     def _restore_from_remote(self, file_name: str, trial) -> None:
-        from pathlib import Path
         if Path(trial.local_path, file_name).exists():
             return
         super()._restore_from_remote(file_name, trial)  # type: ignore[misc]

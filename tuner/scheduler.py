@@ -200,11 +200,15 @@ class RungScheduler(TrialScheduler):
         by_id = {t.trial_id: t for t in trials if t.status == Trial.PAUSED}
         for rung, tid in self.due():
             if tid in by_id:
-                self.promoted[rung].append(tid)
-                del self.paused[tid]
-                self.save()
-                return by_id[tid]
+                return self.send_on(rung, by_id[tid])
         return None
+
+    def send_on(self, rung: int, trial: Trial) -> Trial:
+        """A paused trial promoted from `rung`, recorded as such: the trial for Tune to resume."""
+        self.promoted[rung].append(trial.trial_id)
+        del self.paused[trial.trial_id]
+        self.save()
+        return trial
 
     def last_promotion(self, trials: list[Trial]) -> Trial | None:
         """The search is over and nothing runs: a rung that promoted no trial (fewer than eta
@@ -219,10 +223,7 @@ class RungScheduler(TrialScheduler):
             if waiting:
                 rec = self.recorded[rung]
                 tid = max(waiting, key=lambda t: rec.get(t, -math.inf))   # ties: the first recorded
-                self.promoted[rung].append(tid)
-                del self.paused[tid]
-                self.save()
-                return by_id[tid]
+                return self.send_on(rung, by_id[tid])
         return None
 
     def finish_paused(self, tune_controller, trials: list[Trial]) -> None:

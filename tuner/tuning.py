@@ -86,7 +86,7 @@ def reuse_actors(exp: Experiment, shared: bool = False) -> bool:
     10-15 s to start its workers anyway.  Nor under the service (`shared`): a finished trial's
     cached actor goes to the next pending trial and cancels the new actor Tune had asked for,
     so with trials shorter than an actor's start an experiment whose share grew never took up
-    its new slots (seen in CI: 2 of 4 CPUs held for a minute)."""
+    its new slots (seen in CI: under 3 of 4 CPUs held for a minute)."""
     return not (exp.resources.workers > 1 and exp.resources.ddp == "train") and not shared
 
 
