@@ -271,6 +271,13 @@ def promotion_problems(exp: Experiment) -> list[str]:
         out.append(f"budget.time_limit_s: {exp.budget.time_limit_s:g} with budget.asha: promotion, whose search ends "
                    "when num_samples trials have started and the trials waiting at a rung are finished; bound the "
                    "search with num_samples, or use budget.asha: stopping")
+    r = exp.resources
+    if r.workers > 1 and r.ddp != "local":
+        # Seen with Ray 2.60: a paused TorchTrainer trial's resume waited for its worker group until
+        # Train's start timeout (60 s then), and the trial failed.
+        out.append(f"resources.ddp: {r.ddp!r} with workers: {r.workers} may run trials as Ray Train TorchTrainer "
+                   "runs, whose resume after a pause at a rung waits for its worker group; with budget.asha: "
+                   "promotion use ddp: local (the trial starts its ranks itself), or budget.asha: stopping")
     if bad:
         out.append(f"train.checkpoint_every: {bad[0]} writes no checkpoint at every rung epoch {list(rungs)}, where "
                    "budget.asha: promotion pauses trials and later resumes them from a checkpoint; use a value that "

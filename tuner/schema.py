@@ -214,15 +214,13 @@ class Experiment(BaseModel):
     @model_validator(mode="after")
     def default_asha(self) -> Experiment:
         """Left unset, budget.asha is promotion unless the experiment rules it out (a time
-        limit, or a checkpoint interval that misses a rung: tuner/checks.py says why), or its
-        trials may run as Ray Train DDP (workers >= 2, ddp train or auto): a paused TorchTrainer
-        trial's resume waited for its worker group until Train's 60 s start timeout (seen with
-        Ray 2.60).  Then stopping, as before promotion was the default.  Written, it is checked
-        as written."""
+        limit, a checkpoint interval that misses a rung, trials that may run as Ray Train DDP:
+        tuner/checks.py says why).  Then stopping, as before promotion was the default.
+        Written, it is checked as written."""
         if "asha" in self.budget.model_fields_set or self.budget.asha != "promotion":
             return self
         from .checks import promotion_problems
-        if promotion_problems(self) or (self.resources.workers > 1 and self.resources.ddp != "local"):
+        if promotion_problems(self):
             self.budget = self.budget.model_copy(update={"asha": "stopping"})
         return self
 

@@ -455,6 +455,8 @@ def test_asha_defaults_to_promotion_unless_the_experiment_rules_it_out(tmp_path)
     assert parse(base % ("", ddp % "auto")).budget.asha == "stopping"
     assert parse(base % ("", ddp % "local")).budget.asha == "promotion"
     one(base % (", asha: promotion, time_limit_s: 60", ""), "budget.time_limit_s", "asha: stopping")
+    one(base % (", asha: promotion", ddp % "train"), "resources.ddp: 'train'", "use ddp: local")
+    assert parse(base % (", asha: promotion", ddp % "local")).budget.asha == "promotion"
     exp = parse(base % ("", "") + f"storage_path: {tmp_path}\n")
     save_experiment(exp)
     assert "asha: promotion" in (exp.exp_dir / EXPERIMENT_FILE).read_text()
