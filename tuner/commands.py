@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 from trainables.config import ConfigError
-from trainables.runtime.checkpoint import CheckpointError
 from trainables.runtime.preflight import PreflightError
 
 from .schema import ExperimentError
@@ -31,10 +30,17 @@ def run_verb(args) -> int:
     except ExperimentError as e:
         _err(str(e))
         return 2
-    except (ConfigError, CheckpointError, ClusterError, PreflightError, FileNotFoundError, RegistryError,
-            ServiceError) as e:
+    except (ConfigError, ClusterError, PreflightError, FileNotFoundError, RegistryError, ServiceError) as e:
         _err(str(e))
         return 2
+    except Exception as e:
+        # A checkpoint error comes only from the checkpoint module, loaded by then: the service
+        # verbs (submit, queue, ...) start without torch, which it imports.
+        ckpt = sys.modules.get("trainables.runtime.checkpoint")
+        if ckpt is not None and isinstance(e, ckpt.CheckpointError):
+            _err(str(e))
+            return 2
+        raise
     except KeyboardInterrupt:
         _err("interrupted; `tuner resume EXP_DIR` continues an experiment")
         return 130
@@ -207,10 +213,14 @@ def cmd_queue(args) -> int:
         print(f"{r['id']:36s} {r['name'][:16]:16s} {r['owner'][:10]:10s} {r['priority']:8s} {r['state']:9s} "
               f"{_num(r['done_trials']):>5s} {r['running_trials']:4d} {r['slots']:5d} {_num(r['best']):>8s}  {since}"
               + (f"  ({r['message']})" if r.get("message") else ""))
+    for u in q.get("unmanaged", []):
+        print(f"{'job ' + u['job']:36s} {'(unmanaged)':16s} {'-':10s} {'-':8s} {'unmanaged':9s} {'-':>5s} "
+              f"{u['trials']:4d} {'-':>5s} {'-':>8s}  {u['entrypoint'][:60]}")
     for line in q["refused"]:
         print(f"refused: {line}")
     cap = q["capacity"]
-    print(f"cluster: {cap['total']:g} {cap['resource']} shared by priority; you are {me}")
+    outside = f", {cap['unmanaged']:g} held outside the service" if cap.get("unmanaged") else ""
+    print(f"cluster: {cap['total']:g} {cap['resource']}{outside}, the rest shared by priority; you are {me}")
     return 0
 
 
