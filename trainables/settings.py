@@ -43,6 +43,12 @@ TRIAL_RAY_ENV = {
     # The dashboard's Train view lists a run only with state tracking on where the
     # TorchTrainer is built: in the trial.
     "RAY_TRAIN_ENABLE_STATE_TRACKING": "1",
+    # A TorchTrainer trial reserves its driver's share through Tune and its ranks through Train's
+    # own placement group, asked for once the trial runs: when another experiment's trials hold
+    # the CPUs/GPUs (two experiments sharing a cluster, a trial bigger than its share), the ranks
+    # wait for them to end.  Train gives up after 60 s by default and counts a controller
+    # failure; a trial then failed after a few minutes of waiting for a slot it was due.
+    "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S": "1800",
 }
 LOCAL_RAY_ENV = {
     # No spot instances on an embedded local Ray: skip Train's preemption watcher, one more

@@ -9,6 +9,7 @@ whose job is unknown to the cluster (the head was restarted) or failed is starte
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import shlex
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .registry import ENDED, FORMAT, PRIORITIES, Record, Registry, RegistryError, ServiceSettings
-from .share import ACTOR, NAMESPACE, Claim, divide
+from .share import ACTOR, NAMESPACE, Claim, Unmanaged, divide, unmanaged
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +33,7 @@ def pointer() -> Path:
 
 
 LIVE = ("PENDING", "RUNNING")
+LOOK_S = 2.0   # how often the jobs outside the service are looked at (two calls to the dashboard)
 
 
 class Dispatcher:
@@ -52,6 +54,8 @@ class Dispatcher:
         self.usage: dict[str, dict[str, Any]] = {}   # id -> what its driver said last: running, wanted, done, best
         self.slots: dict[str, int] = {}
         self.refused: list[str] = []
+        self.others: list[Unmanaged] = []   # jobs outside the service holding trials, looked at every LOOK_S
+        self.looked = 0.0
         self.started_at = time.time()
         self._client = None
         with self.lock:
@@ -94,7 +98,8 @@ class Dispatcher:
                            done_trials=r.trials_done if ended else u.get("done"), best=r.best if ended else u.get("best"),
                            slots=self.slots.get(r.id, 0) if r.state == "running" else 0)
                 rows.append(row)
-            return {"experiments": rows, "refused": bad, "capacity": self.capacity()}
+            return {"experiments": rows, "refused": bad, "capacity": self.capacity(),
+                    "unmanaged": [dataclasses.asdict(u) for u in self.others]}
 
     def record(self, exp_id: str) -> dict[str, Any]:
         return self.reg.get(exp_id).row()
@@ -177,7 +182,25 @@ class Dispatcher:
                                        r.submitted))
         for r in queued[:max(0, self.settings.max_running - running)]:
             self.start(r, resume=False)
+        if time.monotonic() - self.looked >= LOOK_S:
+            self.look_outside({r.job for r in recs if r.job})
         self.divide()
+
+    def look_outside(self, managed: set[str]) -> None:
+        """The jobs outside the service that hold trials now (Ray's job list and placement-group
+        table, through the dashboard); on a failed look the last one stands."""
+        from ray.util.state import list_placement_groups
+        self.looked = time.monotonic()
+        try:
+            jobs = [{"job_id": j.job_id, "submission_id": j.submission_id, "status": str(j.status),
+                     "entrypoint": j.entrypoint} for j in self.client().list_jobs()]
+            groups = [{"creator_job_id": g.creator_job_id, "state": g.state, "bundles": g.bundles}
+                      for g in list_placement_groups(address=self.dashboard, filters=[("state", "=", "CREATED")],
+                                                     detail=True, limit=10000, raise_on_missing_output=False)]
+        except Exception as e:  # noqa: BLE001 - the dashboard busy or restarting: the next pass looks again
+            log.warning("looking at the jobs outside the service: %s", e)
+            return
+        self.others = unmanaged(jobs, groups, managed, self.capacity()["resource"])
 
     def outcome(self, r: Record) -> dict[str, Any]:
         """Trials and best value from the experiment's summary.json (JSON), else what its driver said."""
@@ -240,7 +263,7 @@ class Dispatcher:
         import ray
         total = ray.cluster_resources()
         res = "GPU" if total.get("GPU", 0) > 0 else "CPU"
-        return {"resource": res, "total": float(total.get(res, 0.0))}
+        return {"resource": res, "total": float(total.get(res, 0.0)), "unmanaged": sum(u.held for u in self.others)}
 
     def divide(self) -> None:
         recs = [r for r in self.reg.all()[0] if r.state == "running"]
@@ -250,7 +273,7 @@ class Dispatcher:
             u = self.usage.get(r.id)
             wanted = r.max_slots if u is None else max(1, min(r.max_slots, int(u["wanted"])))
             claims.append(Claim(r.id, self.settings.weight(r.priority), float(r.need.get(cap["resource"], 0.0)), wanted))
-        self.slots = divide(cap["total"], claims)
+        self.slots = divide(max(0.0, cap["total"] - cap["unmanaged"]), claims)
 
 
 def actor_options(head_node: str) -> dict[str, Any]:

@@ -5,7 +5,9 @@ among the running experiments in proportion to their priority weights, counted i
 experiment whose trials reserve 2 GPUs gets half the trial slots of one whose trials reserve 1 at
 the same weight.  What an experiment cannot use (it wants fewer trials than its share) goes to the
 others, in proportion to their weights again, so an experiment alone grows into the whole cluster.
-Every running experiment gets at least one slot (no starvation among those running).  Slots are
+Every running experiment gets at least one slot (no starvation among those running).
+What jobs outside the service hold (`unmanaged`: their trials' placement groups) is taken off
+the capacity before it is divided.  Slots are
 whole trials: what rounding down leaves goes one slot at a time to the experiment furthest below
 its share.
 
@@ -64,6 +66,35 @@ def divide(capacity: float, claims: list[Claim]) -> dict[str, int]:
         slots[c.id] += 1
         free -= c.need
     return {**out, **slots}
+
+
+@dataclass(frozen=True)
+class Unmanaged:
+    """A live Ray job outside the service that holds trials on the cluster (a `tuner run
+    --address`, a Tune script, a job submitted by hand): shown by `queue`, subtracted from what
+    the service divides."""
+    job: str         # its Ray job id
+    entrypoint: str  # the command that started it
+    trials: int      # placement groups it holds (Tune reserves one per trial)
+    held: float      # what they reserve of the shared resource
+
+
+def unmanaged(jobs: list[dict], groups: list[dict], managed: set[str], resource: str) -> list[Unmanaged]:
+    """Jobs outside the service that hold created placement groups.  `jobs`: Ray's job list
+    (job_id, submission_id, status, entrypoint); `groups`: its placement-group table
+    (creator_job_id, state, bundles with unit_resources); `managed`: the submission ids of the
+    service's own drivers.  Only live jobs count: a group of a job that ended is Ray's to free."""
+    live = {j["job_id"]: j for j in jobs if j.get("job_id") and j.get("status") in ("PENDING", "RUNNING")
+            and j.get("submission_id") not in managed}
+    held: dict[str, list[float]] = {}
+    for g in groups:
+        job = str(g.get("creator_job_id"))
+        if g.get("state") != "CREATED" or job not in live:
+            continue
+        amount = sum(float((b.get("unit_resources") or {}).get(resource, 0.0)) for b in g.get("bundles") or [])
+        held.setdefault(job, []).append(amount)
+    return [Unmanaged(job, " ".join(str(live[job].get("entrypoint") or "").split())[:120], len(v), sum(v))
+            for job, v in sorted(held.items())]
 
 
 class Share:

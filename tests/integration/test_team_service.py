@@ -23,8 +23,8 @@ metric: val_acc
 mode: max
 seed: 0
 budget: {{num_samples: {samples}, max_epochs: {epochs}, grace_epochs: 1, reduction_factor: 3}}
-resources: {{workers: 1, cpus_per_worker: 1}}
-train: {{dataset: digits, cache_dir: {cache}, model: convnet, width: 0.25, flip: false, crop_padding: 1}}
+resources: {resources}
+train: {{dataset: digits, cache_dir: {cache}, model: convnet, width: 0.25, flip: false, crop_padding: 1{train}}}
 search:
   lr: {{type: loguniform, low: 1.0e-3, high: 0.3}}
 """
@@ -46,10 +46,11 @@ class Service:
         self.root, self.address = root, address
         self.storage = root / "service"
 
-    def spec(self, name: str, samples: int = 200, epochs: int = 3) -> Path:
+    def spec(self, name: str, samples: int = 200, epochs: int = 3, resources: str = "{workers: 1, cpus_per_worker: 1}",
+             train: str = "") -> Path:
         f = self.root / f"{name}.yaml"
         f.write_text(SPEC.format(name=name, storage=self.root / "runs", cache=self.root / "cache", samples=samples,
-                                 epochs=epochs))
+                                 epochs=epochs, resources=resources, train=train))
         return f
 
     def submit(self, name: str, priority: str = "normal", **kw) -> str:
@@ -61,6 +62,15 @@ class Service:
         r = _cli("queue", "--json", "--address", self.address)
         assert r.returncode == 0, r.stdout + r.stderr
         return {e["id"]: e for e in json.loads(r.stdout)["experiments"]}
+
+    def queue_now(self) -> dict:
+        """What `queue --json` prints, asked of the dispatcher from this process: a poll starts no
+        process (each `tuner queue` costs a Python start and a Ray connection)."""
+        import ray
+        return ray.get(ray.get_actor("tuner-dispatcher", namespace="tuner").queue.remote(), timeout=60)
+
+    def slots(self, exp_id: str) -> int:
+        return {e["id"]: e for e in self.queue_now()["experiments"]}[exp_id]["slots"]
 
     def records(self) -> dict[str, dict]:
         return {p.stem: json.loads(p.read_text()) for p in (self.storage / "experiments").glob("*.json")
@@ -184,7 +194,7 @@ def test_equal_priorities_share_evenly_a_third_waits_and_the_dispatcher_comes_ba
     # The last one left alone grows into the freed slots within a minute.
     r = _cli("cancel", c, "--address", service.address)
     assert r.returncode == 0, r.stderr
-    service.wait(lambda: service.queue()[b]["slots"] == 4, "the remaining experiment taking the cluster", timeout=60)
+    service.wait(lambda: service.slots(b) == 4, "the remaining experiment taking the cluster", timeout=60)
     jobs = _driver_jobs(service, [b])
     seen: list[float] = []
     try:
@@ -252,6 +262,72 @@ def test_bad_input_reaches_nothing_and_says_so_in_one_line(service, tmp_path):
         assert r.returncode == 0 and "refused:" in r.stdout and "writable by group or others" in r.stdout, r.stdout
     finally:
         planted.unlink()
+
+
+@pytest.mark.timeout(300)
+def test_a_run_outside_the_service_is_listed_as_unmanaged_and_its_cpus_are_not_shared(service):
+    """`tuner run --address` beside the service holds 2 of the 4 CPUs: `queue` lists it as
+    unmanaged with its trials, and the one experiment the service runs gets the other 2."""
+    import signal
+    service.wait(lambda: not any(r["state"] == "running" for r in service.records().values()), "a free cluster")
+    outside = service.spec("outside", samples=200, epochs=30)   # no rung: each trial holds its CPU for 30 epochs
+    outside.write_text(outside.read_text().replace("grace_epochs: 1,", "grace_epochs: 30,").replace(
+        "reduction_factor: 3}", "reduction_factor: 3, max_concurrent_trials: 2}"))
+    proc = subprocess.Popen([sys.executable, "-m", "tuner", "run", str(outside), "--address", service.address],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    exp = None
+    try:
+        service.wait(lambda: any(p.stat().st_size for p in (service.root / "runs" / "outside").glob("trial_*/result.json")),
+                     "the run outside the service reporting")
+        exp = service.submit("beside")
+
+        def settled():
+            got = service.queue_now()
+            mine = {e["id"]: e for e in got["experiments"]}[exp]
+            return got if mine["state"] == "running" and got["unmanaged"] and mine["slots"] == 2 else None
+        q = service.wait(settled, "the service giving its experiment the 2 CPUs the outside run leaves")
+        (u,) = q["unmanaged"]
+        assert u["trials"] == 2 and u["held"] == pytest.approx(2) and "tuner run" in u["entrypoint"], u
+        assert q["capacity"]["unmanaged"] == pytest.approx(2)
+        table = _cli("queue", "--address", service.address).stdout
+        assert re.search(r"^job \S+ +\(unmanaged\) .* unmanaged ", table, re.MULTILINE), table
+        assert "2 held outside the service" in table, table
+        held = _measure(service, [exp], 8)
+        assert abs(held[exp] - 2) <= 0.5, held
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGINT)
+        try:
+            proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+        if exp:
+            _cli("cancel", exp, "--address", service.address)
+
+
+@pytest.mark.timeout(420)
+def test_two_ddp_experiments_at_once_run_to_the_end(service):
+    """Two experiments of 2-rank Ray Train (TorchTrainer) trials submitted together on 4 CPUs: one
+    trial of each needs 2.01 CPUs, so one's worker group waits for the other's to end; both run to
+    the end with every trial ok (no deadlock, no worker group given up on)."""
+    service.wait(lambda: not any(r["state"] == "running" for r in service.records().values()), "a free cluster")
+    ddp = {"samples": 1, "epochs": 2, "resources": "{workers: 2, cpus_per_worker: 1, ddp: train}",
+           "train": ", micro_batch_size: 16, max_steps_per_epoch: 3, val_fraction: 0.2"}
+    ids = [service.submit("ddp-a", **ddp), service.submit("ddp-b", **ddp)]
+    service.wait(lambda: all(service.records()[i]["state"] in ("finished", "failed") for i in ids),
+                 "both DDP experiments ending", timeout=360)
+    recs = service.records()
+    assert all(recs[i]["state"] == "finished" and recs[i]["attempts"] == 1 for i in ids), recs
+    a, b = (recs[i] for i in ids)
+    assert a["started"] < b["ended"] and b["started"] < a["ended"], (a, b)   # they ran at the same time
+    for name in ("ddp-a", "ddp-b"):
+        summary = json.loads((service.root / "runs" / name / "summary.json").read_text())
+        assert summary["trials"] == 1 and not summary["errors"], summary
+        from tuner.experiment import load_saved
+        from tuner.results import trials
+        rows = trials(load_saved(service.root / "runs" / name))
+        assert [(r.status, r.epoch) for r in rows] == [("ok", 2)], [(r.status, r.metrics) for r in rows]
 
 
 class Head:

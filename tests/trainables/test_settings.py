@@ -51,6 +51,6 @@ def test_read_takes_defaults_and_values():
 def test_trials_get_rays_knobs_the_users_values_and_a_named_plugin():
     env = settings.trial_env(local_ray=True, environ={"RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "1"})
     assert env == {"RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "1", "RAY_TRAIN_ENABLE_STATE_TRACKING": "1",
-                   "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0"}
+                   "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S": "1800", "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0"}
     env = settings.trial_env(local_ray=False, environ={"TUNER_TEST_PLUGIN": "/x.py::{}"})
     assert "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER" not in env and env["TUNER_TEST_PLUGIN"] == "/x.py::{}"

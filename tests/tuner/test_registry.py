@@ -7,7 +7,7 @@ import time
 import pytest
 
 from tuner.registry import Record, Registry, RegistryError, ServiceSettings, load_settings
-from tuner.share import Claim, divide
+from tuner.share import Claim, Unmanaged, divide, unmanaged
 
 
 def _claims(*specs):
@@ -44,6 +44,23 @@ def test_trials_that_take_none_of_the_shared_resource_are_not_capped():
 def test_rounding_leftovers_go_to_whoever_is_furthest_below_its_share():
     got = divide(5, _claims((1, 1, 5), (1, 1, 5)))
     assert sorted(got.values()) == [2, 3]
+
+
+def test_jobs_outside_the_service_are_counted_by_what_their_live_placement_groups_hold():
+    jobs = [{"job_id": "01", "submission_id": None, "status": "RUNNING", "entrypoint": "python -m tuner run a.yaml"},
+            {"job_id": "02", "submission_id": "tuner-x-1", "status": "RUNNING", "entrypoint": "python -m tuner run x"},
+            {"job_id": "03", "submission_id": None, "status": "SUCCEEDED", "entrypoint": "python old.py"},
+            {"job_id": "04", "submission_id": None, "status": "RUNNING", "entrypoint": "python idle.py"}]
+    cpu = [{"unit_resources": {"CPU": 1.0}}]
+    groups = [{"creator_job_id": "01", "state": "CREATED", "bundles": cpu},
+              {"creator_job_id": "01", "state": "CREATED", "bundles": [{"unit_resources": {"CPU": 0.5}}, *cpu]},
+              {"creator_job_id": "01", "state": "PENDING", "bundles": cpu},     # not placed: holds nothing
+              {"creator_job_id": "02", "state": "CREATED", "bundles": cpu},     # the service's own driver
+              {"creator_job_id": "03", "state": "CREATED", "bundles": cpu}]     # a job that ended
+    got = unmanaged(jobs, groups, managed={"tuner-x-1"}, resource="CPU")
+    assert got == [Unmanaged("01", "python -m tuner run a.yaml", 2, 2.5)]
+    # what they hold is not divided among the service's experiments
+    assert divide(4 - got[0].held, _claims((2, 1, 4), (2, 1, 4))) == {"e0": 1, "e1": 1}
 
 
 def _record(reg: Registry, name="a") -> Record:
