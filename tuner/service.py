@@ -9,6 +9,7 @@ storage is usable from the head.
 """
 from __future__ import annotations
 
+import contextlib
 import getpass
 import logging
 import os
@@ -16,6 +17,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -42,12 +44,52 @@ def attach(address: str | None):
     address = address or settings.read().ray_address or "auto"
     if ray.is_initialized():
         raise ServiceError("this process is connected to Ray already; the service commands run in a process of their own")
-    try:
-        return ray.init(address=address, namespace=NAMESPACE, log_to_driver=False, logging_level=logging.WARNING)
-    except Exception as e:  # noqa: BLE001 - whatever ray.init raises: one line naming the address
-        raise ServiceError(f"no running Ray cluster at {address} ({str(e).splitlines()[0][:200]}); start one with "
-                           "`tuner service start` (a local head) or `ray up cluster/aws-gpu.yaml`, then pass its "
-                           "--address") from None
+    with _stderr_held() as held:
+        try:
+            return ray.init(address=address, namespace=NAMESPACE, log_to_driver=False, logging_level=logging.WARNING)
+        except Exception as e:  # noqa: BLE001 - whatever ray.init raises (a ConnectionError, an AuthenticationError)
+            said = " ".join(str(x) for x in (e, e.__cause__, e.__context__) if x)
+            if isinstance(e, ray.exceptions.AuthenticationError) or "Unauthenticated" in said + held.text():
+                held.drop()   # Ray's C++ client printed a warning per retry: one line of ours instead
+                raise ServiceError(f"refused by the cluster at {address}: this machine does not hold its token; copy "
+                                   "the head's ~/.ray/auth_token here (or point RAY_AUTH_TOKEN_PATH at it) and try "
+                                   "again") from None
+            raise ServiceError(f"no running Ray cluster at {address} ({str(e).splitlines()[0][:200]}); start one with "
+                               "`tuner service start` (a local head) or `ray up cluster/aws-gpu.yaml`, then pass its "
+                               "--address") from None
+
+
+class _Held:
+    def __init__(self, f):
+        self.f, self.dropped = f, False
+
+    def text(self) -> str:
+        self.f.flush()
+        self.f.seek(0)
+        return self.f.read().decode(errors="replace")
+
+    def drop(self) -> None:
+        self.dropped = True
+
+
+@contextlib.contextmanager
+def _stderr_held():
+    """File descriptor 2 (where Ray's C++ core writes) held in a file while connecting, then
+    written out unless dropped."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as f:
+        os.dup2(f.fileno(), 2)
+        held = _Held(f)
+        try:
+            yield held
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            if not held.dropped:
+                sys.stderr.write(held.text())
+                sys.stderr.flush()
 
 
 def head_node() -> str:

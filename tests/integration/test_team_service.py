@@ -249,12 +249,21 @@ def test_bad_input_reaches_nothing_and_says_so_in_one_line(service, tmp_path):
     huge.write_text(service.spec("huge").read_text().replace("cpus_per_worker: 1", "cpus_per_worker: 64"))
     r = _cli("submit", str(huge), "--address", service.address)
     assert r.returncode == 2 and "64 CPU" in r.stderr and "cluster has 4" in r.stderr, r.stderr
+    # Without the cluster's token (another one in its place): refused by Ray, one line, no record.
+    wrong = tmp_path / "wrong-token"
+    wrong.write_text("0" * 64)
+    r = _cli("submit", str(service.spec("no-token")), "--address", service.address, timeout=90,
+             env={"RAY_AUTH_TOKEN_PATH": str(wrong), "RAY_AUTH_TOKEN": "",
+                  "RAY_gcs_server_port_wait_time_s": "2"})   # Ray's tries to reach the GCS: 2 instead of 20
+    assert r.returncode == 2 and "does not hold its token" in r.stderr and len(r.stderr.strip().splitlines()) == 1, \
+        r.stderr[-2000:]
     assert set(service.records()) == before
     for verb in ("cancel", "logs"):
         r = _cli(verb, "no-such-id", "--address", service.address)
         assert r.returncode == 2 and "no experiment 'no-such-id'" in r.stderr, r.stderr
     # A planted record is refused by `queue` with one line, and never read further.
     planted = service.storage / "experiments" / "planted.json"
+    planted.parent.mkdir(parents=True, exist_ok=True, mode=0o700)   # no record yet when this test runs alone
     planted.write_text(json.dumps({"format": 1, "id": "planted"}))
     planted.chmod(0o666)
     try:
