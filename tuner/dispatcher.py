@@ -36,6 +36,32 @@ LIVE = ("PENDING", "RUNNING")
 LOOK_S = 2.0   # how often the jobs outside the service are looked at (two calls to the dashboard)
 
 
+def summary_outcome(location: str) -> dict[str, Any] | None:
+    """{trials_done, best} from the summary.json in an experiment's folder or URI (parsed as
+    JSON), or None while there is none."""
+    from trainables.runtime import storage
+    try:
+        s = json.loads(storage.read_bytes(storage.join(location, "summary.json")))
+        return {"trials_done": int(s["trials"]), "best": (s.get("best") or {}).get("value")}
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def driver_args(location: str, file: str, resume: bool) -> list[str]:
+    """What the experiment's driver runs: `resume LOCATION` once the folder (or URI) holds
+    Tune's state, else `run FILE`; an experiment saved by a driver that died before Tune wrote
+    its state is started afresh (its saved file removed, or `run` would refuse the folder)."""
+    from trainables.runtime import storage
+
+    from .experiment import EXPERIMENT_FILE
+    names = storage.names(location)
+    if any(n.startswith("experiment_state-") and n.endswith(".json") for n in names):
+        return ["resume", location]
+    if resume and EXPERIMENT_FILE in names:
+        storage.remove(storage.join(location, EXPERIMENT_FILE))
+    return ["run", file]
+
+
 class Dispatcher:
     """The actor's class (made remote by `actor_options`)."""
 
@@ -203,15 +229,9 @@ class Dispatcher:
         self.others = unmanaged(jobs, groups, managed, self.capacity()["resource"])
 
     def outcome(self, r: Record) -> dict[str, Any]:
-        """Trials and best value from the experiment's summary.json (JSON), else what its driver said."""
+        """Trials and best value from the experiment's summary.json, else what its driver said."""
         u = self.usage.get(r.id, {})
-        out = {"trials_done": u.get("done"), "best": u.get("best")}
-        try:
-            s = json.loads((Path(r.location) / "summary.json").read_text())
-            out = {"trials_done": int(s["trials"]), "best": (s.get("best") or {}).get("value")}
-        except (OSError, ValueError, KeyError, TypeError):
-            pass
-        return out
+        return summary_outcome(r.location) or {"trials_done": u.get("done"), "best": u.get("best")}
 
     def job_status(self, job: str) -> str | None:
         try:
@@ -232,18 +252,11 @@ class Dispatcher:
     def start(self, r: Record, resume: bool) -> None:
         """Its driver as a Ray job: `run`, or `resume` once its folder holds Tune's state."""
         from trainables import settings
-
-        from .experiment import EXPERIMENT_FILE
-        folder = Path(r.location)
-        has_state = any(folder.glob("experiment_state-*.json")) if folder.is_dir() else False
-        if has_state:
-            args = ["resume", r.location]
-        elif (folder / EXPERIMENT_FILE).is_file() and resume:
-            # Saved but Tune never wrote its state: nothing ran, start it afresh.
-            (folder / EXPERIMENT_FILE).unlink()
-            args = ["run", r.file]
-        else:
-            args = ["run", r.file]
+        try:
+            args = driver_args(r.location, r.file, resume)
+        except OSError as e:   # the bucket unreachable for now: the next pass tries again
+            log.warning("looking at %s: %s; trying again", r.location, e)
+            return
         attempt = r.attempts + 1
         job = f"tuner-{r.id}-{attempt}"
         entry = shlex.join([sys.executable, "-m", "tuner", *args, "--address", "auto"])

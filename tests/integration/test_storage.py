@@ -288,3 +288,27 @@ def test_a_corrupt_latest_checkpoint_on_the_bucket_falls_back_to_the_previous_on
     assert [r["epoch"] for r in resumed.reports] == [3, 4]
     assert resumed.reports[0]["resumed_from_epoch"] == 2
     assert resumed.reports[0]["restored_weights_sha256"] == ck.load(first.checkpoints[1])["weights_sha256"]
+
+
+@pytest.mark.parametrize("where", ["folder", "bucket"])
+def test_the_service_resumes_an_experiment_where_tune_saved_it_and_reads_its_summary(s3_endpoint, tmp_path,
+                                                                                     monkeypatch, where):
+    """What the dispatcher starts for an experiment on a folder or a bucket: `run FILE` before
+    anything ran, `resume LOCATION` once Tune's state is there (a bucket's too), and `run` again
+    (its saved file removed) when a driver died before Tune wrote its state; the summary's
+    trials and best are read back from either."""
+    from tuner.dispatcher import driver_args, summary_outcome
+    for k, v in S3_TEST_ENV.items():
+        monkeypatch.setenv(k, v)
+    _make_bucket(s3_endpoint)
+    loc = str(tmp_path / "exp") if where == "folder" else _uri(s3_endpoint, f"svc/{tmp_path.name}/exp")
+    assert driver_args(loc, "/reg/e.yaml", resume=False) == ["run", "/reg/e.yaml"]
+    assert summary_outcome(loc) is None
+    storage.write_bytes(storage.join(loc, "tuner-experiment.yaml"), b"name: exp\n")
+    assert driver_args(loc, "/reg/e.yaml", resume=True) == ["run", "/reg/e.yaml"]
+    assert not storage.exists(storage.join(loc, "tuner-experiment.yaml"))
+    storage.write_bytes(storage.join(loc, "tuner-experiment.yaml"), b"name: exp\n")
+    storage.write_bytes(storage.join(loc, "experiment_state-2026-12-06_02-00-00.json"), b"{}")
+    assert driver_args(loc, "/reg/e.yaml", resume=True) == ["resume", loc]
+    storage.write_bytes(storage.join(loc, "summary.json"), json.dumps({"trials": 7, "best": {"value": 0.93}}).encode())
+    assert summary_outcome(loc) == {"trials_done": 7, "best": 0.93}

@@ -81,6 +81,16 @@ def exists(path: str | os.PathLike) -> bool:
     return fs.get_file_info(p).type != FileType.NotFound
 
 
+def names(folder: str | os.PathLike) -> list[str]:
+    """The names of the files directly in a folder or under a URI prefix; [] if there is none."""
+    if not is_uri(folder):
+        return sorted(p.name for p in Path(folder).iterdir() if p.is_file()) if Path(folder).is_dir() else []
+    from pyarrow.fs import FileSelector, FileType
+    fs, p = filesystem(str(folder))
+    infos = fs.get_file_info(FileSelector(p.rstrip("/"), allow_not_found=True))
+    return sorted(i.base_name for i in infos if i.type == FileType.File)
+
+
 def remove(path: str | os.PathLike) -> None:
     """Delete a file; nothing if it is not there."""
     if not is_uri(path):
