@@ -2,6 +2,11 @@
 Triton reads TRITON_INTERPRET when a kernel is decorated, so it is set before any
 kernel module is imported."""
 import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
 
 import torch
 
@@ -9,6 +14,7 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import pytest
+from ray_helpers import free_ports
 
 
 @pytest.fixture
@@ -26,6 +32,40 @@ def digits_config(cache_dir, **over):
 
 S3_TEST_ENV = {"AWS_ACCESS_KEY_ID": "tuner-test", "AWS_SECRET_ACCESS_KEY": "tuner-test",
                "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}
+
+
+@pytest.fixture(scope="module")
+def s3_endpoint(tmp_path_factory):
+    """host:port of a moto S3 server (an S3-compatible server in its own process group, ended
+    through it): a module's buckets."""
+    port = free_ports(1)[0]
+    log = open(tmp_path_factory.mktemp("moto") / "server.log", "w")  # noqa: SIM115 - the server writes it until the end
+    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.time() + 60
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/moto-api/", timeout=2)
+                break
+            except OSError:
+                assert proc.poll() is None and time.time() < deadline, "moto server did not start"
+                time.sleep(0.2)
+        yield f"127.0.0.1:{port}"
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)
+        log.close()
+
+
+def s3_uri(endpoint: str, bucket: str, path: str) -> str:
+    return f"s3://{bucket}/{path}?endpoint_override={endpoint}&scheme=http&region=us-east-1"
+
+
+def make_bucket(endpoint: str, bucket: str) -> None:
+    from pyarrow.fs import S3FileSystem
+    S3FileSystem(endpoint_override=endpoint, scheme="http", region="us-east-1",
+                 allow_bucket_creation=True).create_dir(bucket)
 
 
 @pytest.fixture(scope="session")

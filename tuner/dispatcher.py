@@ -74,7 +74,8 @@ class Dispatcher:
             self.settings = self.reg.saved_settings()
         head = pointer()
         head.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        head.write_text(json.dumps({"format": FORMAT, "storage": str(Path(storage).resolve())}))
+        head.write_text(json.dumps({"format": FORMAT, "storage": str(self.reg.root if self.reg.remote
+                                                                     else Path(storage).resolve())}))
         self.dashboard = dashboard if "://" in dashboard else f"http://{dashboard}"
         self.lock = threading.RLock()
         self.usage: dict[str, dict[str, Any]] = {}   # id -> what its driver said last: running, wanted, done, best
@@ -103,11 +104,9 @@ class Dispatcher:
                     raise RegistryError(f"{location} is experiment {r.id} of the service already ({r.state}); "
                                         "choose another name (--set name=NEW)")
             exp_id = self.reg.new_id(name)
-            file = self.reg.dir / f"{exp_id}.yaml"
-            file.write_text(text)
-            file.chmod(0o600)
+            file = self.reg.save_file(exp_id, text)
             rec = Record(id=exp_id, name=name, owner=owner, priority=priority, submitted=time.time(),  # type: ignore[arg-type]
-                         file=str(file), location=location, need=need, max_slots=max_slots)
+                         file=file, location=location, need=need, max_slots=max_slots)
             self.reg.save(rec)
             self.tick()
             return exp_id
@@ -253,7 +252,7 @@ class Dispatcher:
         """Its driver as a Ray job: `run`, or `resume` once its folder holds Tune's state."""
         from trainables import settings
         try:
-            args = driver_args(r.location, r.file, resume)
+            args = driver_args(r.location, self.reg.local_file(r, settings.read().home / "service-files"), resume)
         except OSError as e:   # the bucket unreachable for now: the next pass tries again
             log.warning("looking at %s: %s; trying again", r.location, e)
             return

@@ -1,7 +1,7 @@
 """The service's storage: its settings (`service.yaml`, validated, saved beside the registry) and
 the registry, one JSON record per submitted experiment.
 
-Layout of the service storage (a folder the head can reach):
+Layout of the service storage (a folder the head can reach, or a bucket URI: s3://..., gs://...):
 
     service.json            the settings the dispatcher was started with (re-created from them)
     experiments/ID.json     one record per experiment, written atomically, with a format version
@@ -9,7 +9,9 @@ Layout of the service storage (a folder the head can reach):
 
 Records are JSON and only ever parsed as JSON, never unpickled.  A record that is corrupt, written
 by another format version, or planted (a link, another user's file, a file writable by group or
-others: the trust check of experiment folders) is refused with one line naming the file.
+others: the trust check of experiment folders) is refused with one line naming the file.  On a
+bucket, who may write is the bucket's access control (its credentials), the same boundary as
+an experiment's `storage_path` there; corrupt and other-version records are refused the same way.
 """
 from __future__ import annotations
 
@@ -24,6 +26,8 @@ from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from trainables.runtime import storage
 
 FORMAT = 1
 SETTINGS_FILE = "service.json"
@@ -42,7 +46,8 @@ class RegistryError(RuntimeError):
 class ServiceSettings(BaseModel):
     """`service.yaml`: what `tuner service start --config` reads."""
     model_config = ConfigDict(extra="forbid")
-    # A folder reachable from the head: the registry and the submitted files live there.
+    # A folder reachable from the head, or a bucket URI (s3://..., gs://...) the head can write: the
+    # registry and the submitted files live there (a bucket outlives the head's disk).
     storage: str = "~/tuner-service"
     # Experiments that run at once; the rest wait in priority order, then by submission time.
     max_running: int = Field(default=2, ge=1)
@@ -93,8 +98,11 @@ class Record(BaseModel):
         return self.model_dump()
 
 
-def storage_root(settings: ServiceSettings) -> Path:
-    return Path(settings.storage).expanduser().resolve()
+def storage_root(settings: ServiceSettings) -> str:
+    """The service storage: a bucket URI as written, a folder made absolute."""
+    if storage.is_uri(settings.storage):
+        return settings.storage
+    return str(Path(settings.storage).expanduser().resolve())
 
 
 def load_settings(path: str | Path) -> ServiceSettings:
@@ -137,14 +145,17 @@ def _untrusted(path: Path) -> str | None:
     return None
 
 
-def read_json(path: Path, what: str) -> dict[str, Any]:
-    """A registry file's contents after the trust check; RegistryError naming the file."""
-    why = _untrusted(path)
-    if why:
-        raise RegistryError(f"{path}: refused ({why}); a registry file someone else could have written is "
-                            "never read: check who changed it, then `chmod go-w` it if it is yours")
+def read_json(path: Path | str, what: str) -> dict[str, Any]:
+    """A registry file's contents after the trust check (a folder's; a bucket's is its access
+    control); RegistryError naming the file, FileNotFoundError when there is none."""
+    if not storage.is_uri(path):   # (a missing object raises FileNotFoundError too)
+        path = Path(path)
+        why = _untrusted(path)
+        if why:
+            raise RegistryError(f"{path}: refused ({why}); a registry file someone else could have written is "
+                                "never read: check who changed it, then `chmod go-w` it if it is yours")
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(storage.read_bytes(path))
     except FileNotFoundError:
         raise
     except (OSError, ValueError) as e:
@@ -158,18 +169,34 @@ def read_json(path: Path, what: str) -> dict[str, Any]:
 
 
 class Registry:
-    """The records in `root/experiments`."""
+    """The records in `root/experiments`; root a folder or a bucket URI."""
 
     def __init__(self, root: str | Path):
-        self.root = Path(root)
-        self.dir = self.root / RECORDS
+        self.remote = storage.is_uri(root)
+        self.root: Path | str = str(root) if self.remote else Path(root)
+        self.dir: Path | str = self._at(RECORDS)
+        # On a bucket: what each record file held at its (mtime, size) of the last listing, so
+        # that a pass over the registry is one listing plus a read of each file that changed.
+        self._seen: dict[str, tuple[tuple[int, int], Record | str]] = {}
+
+    def _at(self, *parts: str) -> Path | str:
+        return storage.join(self.root, *parts) if self.remote else Path(self.root, *parts)
+
+    def _in_dir(self, name: str) -> Path | str:
+        return storage.join(self.dir, name) if self.remote else Path(self.dir, name)
+
+    def _write(self, path: Path | str, data: dict[str, Any]) -> None:
+        if self.remote:   # one PUT: an object is replaced whole, never seen half-written
+            storage.write_bytes(path, json.dumps(data, indent=1).encode())
+        else:
+            write_json(Path(path), data)
 
     # settings saved beside the registry
     def save_settings(self, s: ServiceSettings) -> None:
-        write_json(self.root / SETTINGS_FILE, {"format": FORMAT, **s.model_dump()})
+        self._write(self._at(SETTINGS_FILE), {"format": FORMAT, **s.model_dump()})
 
     def saved_settings(self) -> ServiceSettings:
-        path = self.root / SETTINGS_FILE
+        path = self._at(SETTINGS_FILE)
         data = read_json(path, "service settings")
         data.pop("format")
         try:
@@ -178,18 +205,24 @@ class Registry:
             raise RegistryError(f"{path}: corrupt service settings ({e.errors()[0]['msg']})") from None
 
     # records
-    def path(self, exp_id: str) -> Path:
+    def path(self, exp_id: str) -> Path | str:
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,120}", exp_id):
             raise RegistryError(f"{exp_id!r} is not an experiment id (`tuner queue` lists them)")
-        return self.dir / f"{exp_id}.json"
+        return self._in_dir(f"{exp_id}.json")
 
     def new_id(self, name: str) -> str:
-        """A fresh id, its record file created exclusively (ids never repeat, even between
-        processes)."""
-        self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        """A fresh id.  In a folder its record file is created exclusively (ids never repeat, even
+        between processes); on a bucket, which has no exclusive create, an id already there is
+        skipped (the dispatcher, the one writer of records, makes them one at a time)."""
+        if not self.remote:
+            Path(self.dir).mkdir(parents=True, exist_ok=True, mode=0o700)
         slug = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.")[:40] or "experiment"
         while True:
             exp_id = f"{slug}-{time.strftime('%m%d-%H%M%S')}-{secrets.token_hex(3)}"
+            if self.remote:
+                if not storage.exists(self.path(exp_id)):
+                    return exp_id
+                continue
             try:
                 fd = os.open(self.path(exp_id), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
             except FileExistsError:
@@ -198,7 +231,30 @@ class Registry:
             return exp_id
 
     def save(self, rec: Record) -> None:
-        write_json(self.path(rec.id), rec.model_dump())
+        self._write(self.path(rec.id), rec.model_dump())
+
+    def save_file(self, exp_id: str, text: str) -> str:
+        """The experiment file as submitted, kept beside its record; where it is."""
+        self.path(exp_id)   # the id checked
+        where = self._in_dir(f"{exp_id}.yaml")
+        if self.remote:
+            storage.write_bytes(where, text.encode())
+        else:
+            Path(where).write_text(text)
+            Path(where).chmod(0o600)
+        return str(where)
+
+    def local_file(self, rec: Record, folder: Path) -> str:
+        """A file `tuner run` can read on this machine: the kept one in a folder registry; from a
+        bucket, copied into `folder` (private to this user) first."""
+        if not storage.is_uri(rec.file):
+            return rec.file
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        local = folder / f"{rec.id}.yaml"
+        fd = os.open(local, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(storage.read_bytes(rec.file))
+        return str(local)
 
     def get(self, exp_id: str) -> Record:
         path = self.path(exp_id)
@@ -217,13 +273,27 @@ class Registry:
         """(every readable record, oldest first; one line per file refused)."""
         out: list[Record] = []
         bad: list[str] = []
-        if not self.dir.is_dir():
-            return out, bad
-        for p in sorted(self.dir.glob("*.json")):
-            if p.stat().st_size == 0 and not p.is_symlink():   # an id being created
-                continue
+        if self.remote:
+            listed = {n[:-5]: stamp for n, stamp in storage.files(self.dir).items() if n.endswith(".json")}
+            self._seen = {k: v for k, v in self._seen.items() if k in listed}
+            for exp_id, stamp in listed.items():
+                recent = stamp[0] > (time.time() - 2) * 1e9   # a bucket's times are to the second: read again
+                if recent or exp_id not in self._seen or self._seen[exp_id][0] != stamp:
+                    try:
+                        self._seen[exp_id] = (stamp, self.get(exp_id))
+                    except RegistryError as e:
+                        self._seen[exp_id] = (stamp, str(e))
+            for _, got in self._seen.values():
+                (out if isinstance(got, Record) else bad).append(got)   # type: ignore[arg-type]
+            return sorted(out, key=lambda r: r.submitted), sorted(bad)
+        if Path(self.dir).is_dir():
+            ids = [p.stem for p in sorted(Path(self.dir).glob("*.json"))
+                   if p.is_symlink() or p.stat().st_size]   # an empty file: an id being created
+        else:
+            ids = []
+        for exp_id in ids:
             try:
-                out.append(self.get(p.stem))
+                out.append(self.get(exp_id))
             except RegistryError as e:
                 bad.append(str(e))
         return sorted(out, key=lambda r: r.submitted), bad

@@ -167,10 +167,11 @@ def start(address: str | None, config: str | None, echo=print) -> dict[str, Any]
         started_head = ensure_local_head(echo)
     ctx = attach(address)
     root = storage_root(svc)
-    svc = svc.model_copy(update={"storage": str(root)})
-    problem = on_head(_storage_problem, str(root))
+    svc = svc.model_copy(update={"storage": root})
+    problem = on_head(_storage_problem, root)
     if problem:
-        raise ServiceError(f"service storage {root}: {problem}; set `storage:` in service.yaml to a folder the head can write")
+        raise ServiceError(f"service storage {root}: {problem}; set `storage:` in service.yaml to a folder the head "
+                           "can write, or a bucket URI it has credentials for")
     import ray
     try:
         old = ray.get_actor(ACTOR, namespace=NAMESPACE)
@@ -214,8 +215,11 @@ def ensure_local_head(echo=print) -> bool:
 
 
 def _storage_problem(path: str) -> str | None:
-    """Run on the head: why the folder cannot hold the registry, or None."""
+    """Run on the head: why the folder (or bucket URI) cannot hold the registry, or None."""
+    from trainables.runtime import storage
     from trainables.runtime.preflight import folder_problem
+    if storage.is_uri(path):
+        return storage.writable_problem("storage", path)
     p = Path(path)
     try:
         p.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -328,5 +332,5 @@ def experiment_location(arg: str) -> str:
         return arg
     try:
         return Registry(storage).get(arg).location
-    except RegistryError:
+    except (RegistryError, OSError):   # the bucket unreachable from here: the command reports the argument
         return arg

@@ -10,17 +10,15 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import fault_plugin
 import pytest
-from conftest import S3_TEST_ENV
-from ray_helpers import free_ports, interrupt_when
+from conftest import S3_TEST_ENV, make_bucket, s3_uri
+from ray_helpers import interrupt_when
 
 pytest.importorskip("moto", reason="moto[server] (the test extra) runs the S3-compatible server")
 
@@ -29,37 +27,12 @@ from trainables.runtime import storage
 BUCKET = "tuner-results"
 
 
-@pytest.fixture(scope="module")
-def s3_endpoint(tmp_path_factory):
-    """host:port of a moto S3 server holding an empty bucket; ended through its process group."""
-    port = free_ports(1)[0]
-    log = open(tmp_path_factory.mktemp("moto") / "server.log", "w")  # noqa: SIM115 - the server writes it until the end
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        deadline = time.time() + 60
-        while True:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/moto-api/", timeout=2)
-                break
-            except OSError:
-                assert proc.poll() is None and time.time() < deadline, "moto server did not start"
-                time.sleep(0.2)
-        yield f"127.0.0.1:{port}"
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=30)
-        log.close()
-
-
 def _uri(endpoint: str, path: str) -> str:
-    return f"s3://{BUCKET}/{path}?endpoint_override={endpoint}&scheme=http&region=us-east-1"
+    return s3_uri(endpoint, BUCKET, path)
 
 
 def _make_bucket(endpoint: str) -> None:
-    from pyarrow.fs import S3FileSystem
-    S3FileSystem(endpoint_override=endpoint, scheme="http", region="us-east-1",
-                 allow_bucket_creation=True).create_dir(BUCKET)
+    make_bucket(endpoint, BUCKET)
 
 
 def _objects(endpoint: str, prefix: str) -> list[str]:
@@ -312,3 +285,43 @@ def test_the_service_resumes_an_experiment_where_tune_saved_it_and_reads_its_sum
     assert driver_args(loc, "/reg/e.yaml", resume=True) == ["resume", loc]
     storage.write_bytes(storage.join(loc, "summary.json"), json.dumps({"trials": 7, "best": {"value": 0.93}}).encode())
     assert summary_outcome(loc) == {"trials_done": 7, "best": 0.93}
+
+
+def test_the_service_registry_on_a_bucket(s3_endpoint, tmp_path, monkeypatch):
+    """The registry kept on a bucket (`storage: s3://...` in service.yaml): settings and records
+    come back, ids are distinct, the submitted file is copied out for the driver, and a corrupt
+    or other-version record is refused with one line, the rest still listed."""
+    from tuner.registry import Record, Registry, RegistryError, ServiceSettings
+    from tuner.service import _storage_problem
+    for k, v in S3_TEST_ENV.items():
+        monkeypatch.setenv(k, v)
+    _make_bucket(s3_endpoint)
+    root = _uri(s3_endpoint, f"service-{tmp_path.name}")
+    assert _storage_problem(root) is None
+    assert "cannot be written" in _storage_problem(root.replace(BUCKET, "no-such-bucket"))
+    reg = Registry(root)
+    assert reg.all() == ([], [])
+    svc = ServiceSettings(storage=root, max_running=3)
+    reg.save_settings(svc)
+    assert Registry(root).saved_settings() == svc
+    recs = []
+    for name in ("a", "b", "c"):
+        exp_id = reg.new_id(name)
+        file = reg.save_file(exp_id, f"name: {name}\n")
+        rec = Record(id=exp_id, name=name, owner="me", submitted=time.time(), file=file, location=f"/runs/{name}",
+                     need={"CPU": 1.0}, max_slots=2)
+        reg.save(rec)
+        recs.append(rec)
+    assert len({r.id for r in recs}) == 3 and all(r.file.startswith("s3://") for r in recs)
+    assert Registry(root).get(recs[0].id) == recs[0]
+    local = Path(reg.local_file(recs[0], tmp_path / "files"))
+    assert local.read_text() == "name: a\n" and local.stat().st_mode & 0o077 == 0
+    assert [r.id for r in reg.all()[0]] == [r.id for r in recs]    # read once, then only what changed
+    storage.write_bytes(reg.path(recs[1].id), b"{not json")
+    storage.write_bytes(reg.path(recs[2].id), json.dumps({**recs[2].model_dump(), "format": 2}).encode())
+    for r in (reg, Registry(root)):   # the one that read them before sees the change too
+        got, bad = r.all()
+        assert [r.id for r in got] == [recs[0].id] and len(bad) == 2, bad
+    assert "corrupt experiment record" in bad[0] + bad[1] and "format 2" in bad[0] + bad[1]
+    with pytest.raises(RegistryError, match="no experiment 'nope'"):
+        reg.get("nope")

@@ -1,7 +1,8 @@
 """The tuning service on the session's Ray (4 logical CPUs, token auth, dashboard): submit, queue,
 fair share by priority measured from the cluster's own placement-group table, the dispatcher killed and
-re-created, cancel, logs and bad input.  One dispatcher for the module; every experiment it
-started is stopped at the end."""
+re-created, cancel, logs and bad input.  One dispatcher for the module, its registry on a bucket
+(an S3-compatible server); every experiment it started is stopped at the end.  The head-restart
+test runs a service of its own with its registry in a folder."""
 import contextlib
 import json
 import os
@@ -12,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import make_bucket, s3_uri
 
 pytestmark = pytest.mark.integration
 MEASURE_S = 15   # seconds over which the CPUs each experiment holds are averaged
@@ -42,9 +44,10 @@ def _submitted(out: str) -> str:
 
 
 class Service:
-    def __init__(self, root: Path, address: str):
+    def __init__(self, root: Path, address: str, storage: str | None = None):
         self.root, self.address = root, address
-        self.storage = root / "service"
+        self.storage = storage or str(root / "service")   # a folder or a bucket URI
+        self._registry = None
 
     def spec(self, name: str, samples: int = 200, epochs: int = 3, resources: str = "{workers: 1, cpus_per_worker: 1}",
              train: str = "") -> Path:
@@ -73,8 +76,10 @@ class Service:
         return {e["id"]: e for e in self.queue_now()["experiments"]}[exp_id]["slots"]
 
     def records(self) -> dict[str, dict]:
-        return {p.stem: json.loads(p.read_text()) for p in (self.storage / "experiments").glob("*.json")
-                if p.stat().st_size}
+        """Every readable record, read from the registry's storage (not through the service)."""
+        from tuner.registry import Registry
+        self._registry = self._registry or Registry(self.storage)
+        return {r.id: r.model_dump() for r in self._registry.all()[0]}
 
     def wait(self, ready, what: str, timeout: float = 90):
         deadline = time.monotonic() + timeout
@@ -92,11 +97,12 @@ def _jobs():
 
 
 @pytest.fixture(scope="module")
-def service(ray_address, tmp_path_factory):
+def service(ray_address, tmp_path_factory, s3_endpoint):
     import ray
     root = tmp_path_factory.mktemp("team")
-    svc = Service(root, ray_address)
-    (root / "service.yaml").write_text(f"storage: {svc.storage}\nmax_running: 2\nmax_retries: 0\npoll_s: 0.5\n")
+    make_bucket(s3_endpoint, "tuner-service")
+    svc = Service(root, ray_address, s3_uri(s3_endpoint, "tuner-service", "svc"))
+    (root / "service.yaml").write_text(f"storage: '{svc.storage}'\nmax_running: 2\nmax_retries: 0\npoll_s: 0.5\n")
     r = _cli("service", "start", "--address", ray_address, "--config", str(root / "service.yaml"))
     assert r.returncode == 0, r.stdout + r.stderr
     assert f"registry in {svc.storage}" in r.stdout
@@ -261,16 +267,20 @@ def test_bad_input_reaches_nothing_and_says_so_in_one_line(service, tmp_path):
     for verb in ("cancel", "logs"):
         r = _cli(verb, "no-such-id", "--address", service.address)
         assert r.returncode == 2 and "no experiment 'no-such-id'" in r.stderr, r.stderr
-    # A planted record is refused by `queue` with one line, and never read further.
-    planted = service.storage / "experiments" / "planted.json"
-    planted.parent.mkdir(parents=True, exist_ok=True, mode=0o700)   # no record yet when this test runs alone
-    planted.write_text(json.dumps({"format": 1, "id": "planted"}))
-    planted.chmod(0o666)
+    # A corrupt record and one of another format version on the registry's bucket: `queue` lists
+    # each as refused with one line and shows the rest (a folder's planted files: test_registry.py).
+    from trainables.runtime import storage
+    bad_records = {storage.join(service.storage, "experiments", f"{n}.json"): body for n, body in
+                   (("corrupt", b"{not json"), ("newer", json.dumps({"format": 2, "id": "newer"}).encode()))}
+    for uri, body in bad_records.items():
+        storage.write_bytes(uri, body)
     try:
         r = _cli("queue", "--address", service.address)
-        assert r.returncode == 0 and "refused:" in r.stdout and "writable by group or others" in r.stdout, r.stdout
+        assert r.returncode == 0 and r.stdout.count("refused:") == 2, r.stdout
+        assert "corrupt experiment record" in r.stdout and "format 2" in r.stdout, r.stdout
     finally:
-        planted.unlink()
+        for uri in bad_records:
+            storage.remove(uri)
 
 
 @pytest.mark.timeout(300)

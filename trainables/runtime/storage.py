@@ -81,14 +81,23 @@ def exists(path: str | os.PathLike) -> bool:
     return fs.get_file_info(p).type != FileType.NotFound
 
 
-def names(folder: str | os.PathLike) -> list[str]:
-    """The names of the files directly in a folder or under a URI prefix; [] if there is none."""
+def files(folder: str | os.PathLike) -> dict[str, tuple[int, int]]:
+    """{name: (modification time in ns, size)} of the files directly in a folder or under a URI
+    prefix (one listing call on a bucket); {} if there is none."""
     if not is_uri(folder):
-        return sorted(p.name for p in Path(folder).iterdir() if p.is_file()) if Path(folder).is_dir() else []
+        if not Path(folder).is_dir():
+            return {}
+        return {p.name: (st.st_mtime_ns, st.st_size) for p in Path(folder).iterdir()
+                if p.is_file() and (st := p.stat())}
     from pyarrow.fs import FileSelector, FileType
     fs, p = filesystem(str(folder))
     infos = fs.get_file_info(FileSelector(p.rstrip("/"), allow_not_found=True))
-    return sorted(i.base_name for i in infos if i.type == FileType.File)
+    return {i.base_name: (i.mtime_ns or 0, i.size or 0) for i in infos if i.type == FileType.File}
+
+
+def names(folder: str | os.PathLike) -> list[str]:
+    """The names of the files directly in a folder or under a URI prefix; [] if there is none."""
+    return sorted(files(folder))
 
 
 def remove(path: str | os.PathLike) -> None:
