@@ -98,6 +98,13 @@ class Dispatcher:
                max_slots: int) -> str:
         if priority not in PRIORITIES:
             raise RegistryError(f"--priority {priority!r}: one of {', '.join(PRIORITIES)}")
+        from trainables.runtime import storage
+        if not storage.is_uri(location):   # this actor runs on the head, where the driver will write
+            from trainables.runtime.preflight import folder_problem
+            problem = folder_problem("storage_path", str(Path(location).parent), 1 << 20)
+            if problem:
+                raise RegistryError(f"storage_path {Path(location).parent} is not usable from the cluster's head: "
+                                    f"{problem}; use a folder the head reaches (a shared mount) or an s3:// / gs:// URI")
         with self.lock:
             for r in self.reg.all()[0]:
                 if r.location == location and r.state not in ENDED:

@@ -228,11 +228,6 @@ def _storage_problem(path: str) -> str | None:
     return folder_problem("storage", p, 1 << 20)
 
 
-def _experiment_folder_problem(path: str) -> str | None:
-    from trainables.runtime.preflight import folder_problem
-    return folder_problem("storage_path", path, 1 << 20)
-
-
 def experiment_text(exp) -> str:
     """The experiment as the service keeps it: absolute paths, so that the driver (in a Ray
     job, elsewhere) writes where the submitter meant."""
@@ -270,12 +265,7 @@ def submit(file: str, overrides: list[str], address: str | None, priority: str, 
         if not holding:
             raise
         slots = min(exp.budget.max_concurrent_trials or exp.budget.num_samples, exp.budget.num_samples)
-    if not exp.remote:
-        problem = on_head(_experiment_folder_problem, str(exp.exp_dir.parent))
-        if problem:
-            raise ClusterError(f"storage_path {exp.exp_dir.parent} is not usable from the cluster's head: {problem}; "
-                               "use a folder the head reaches (a shared mount) or an s3:// / gs:// URI")
-    actor = dispatcher(ctx)
+    actor = dispatcher(ctx)   # it checks on the head that the head can write the experiment's folder
     exp_id = call(actor.submit, exp.name, getpass.getuser(), priority, experiment_text(exp), exp.location,
                   {k: float(v) for k, v in need.items()}, slots)
     where = f" --address {address}" if address else ""

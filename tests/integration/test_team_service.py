@@ -255,6 +255,13 @@ def test_bad_input_reaches_nothing_and_says_so_in_one_line(service, tmp_path):
     huge.write_text(service.spec("huge").read_text().replace("cpus_per_worker: 1", "cpus_per_worker: 64"))
     r = _cli("submit", str(huge), "--address", service.address)
     assert r.returncode == 2 and "64 CPU" in r.stderr and "cluster has 4" in r.stderr, r.stderr
+    # A storage_path the head cannot write (a file where a folder must be): checked on the head.
+    (tmp_path / "a-file").write_text("")
+    unwritable = tmp_path / "unwritable.yaml"
+    unwritable.write_text(service.spec("unwritable").read_text().replace(
+        f"storage_path: {service.root / 'runs'}", f"storage_path: {tmp_path / 'a-file' / 'runs'}"))
+    r = _cli("submit", str(unwritable), "--address", service.address)
+    assert r.returncode == 2 and "not usable from the cluster's head" in r.stderr and "is a file" in r.stderr, r.stderr
     # Without the cluster's token (another one in its place): refused by Ray, one line, no record.
     wrong = tmp_path / "wrong-token"
     wrong.write_text("0" * 64)
@@ -414,7 +421,7 @@ def test_a_new_head_on_the_same_storage_resumes_the_running_experiment_and_keeps
     try:
         svc.address = heads[0].address
         cli("service", "start", "--config", str(tmp_path / "service.yaml"))
-        a = _submitted(cli("submit", str(svc.spec("hr-a", samples=4, epochs=3))))
+        a = _submitted(cli("submit", str(svc.spec("hr-a", samples=4, epochs=2))))
         b = _submitted(cli("submit", str(svc.spec("hr-b", samples=2, epochs=1))))
         runs = tmp_path / "runs"
         svc.wait(lambda: any(p.stat().st_size for p in (runs / "hr-a").glob("trial_*/result.json")),
