@@ -19,6 +19,7 @@ import json
 import os
 import re
 import secrets
+import stat
 import tempfile
 import time
 from pathlib import Path
@@ -175,9 +176,9 @@ class Registry:
         self.remote = storage.is_uri(root)
         self.root: Path | str = str(root) if self.remote else Path(root)
         self.dir: Path | str = self._at(RECORDS)
-        # On a bucket: what each record file held at its (mtime, size) of the last listing, so
+        # What each record file held (or why it was refused) at its stamp of the last listing, so
         # that a pass over the registry is one listing plus a read of each file that changed.
-        self._seen: dict[str, tuple[tuple[int, int], Record | str]] = {}
+        self._seen: dict[str, tuple[tuple[Any, ...], Record | str]] = {}
 
     def _at(self, *parts: str) -> Path | str:
         return storage.join(self.root, *parts) if self.remote else Path(self.root, *parts)
@@ -269,31 +270,43 @@ class Registry:
             raise RegistryError(f"{path}: corrupt experiment record ({'.'.join(map(str, err['loc']))}: "
                                 f"{err['msg']}); move it aside to go on without it") from None
 
-    def all(self) -> tuple[list[Record], list[str]]:
-        """(every readable record, oldest first; one line per file refused)."""
-        out: list[Record] = []
-        bad: list[str] = []
+    def _listing(self) -> dict[str, tuple[Any, ...]]:
+        """{id: stamp} of the record files now; a stamp changes whenever what the record says or
+        what the trust check judges could have changed (on a folder: the file's contents, times,
+        inode, mode and owner, and the folder's mode and owner; on a bucket: time and size)."""
         if self.remote:
-            listed = {n[:-5]: stamp for n, stamp in storage.files(self.dir).items() if n.endswith(".json")}
-            self._seen = {k: v for k, v in self._seen.items() if k in listed}
-            for exp_id, stamp in listed.items():
-                recent = stamp[0] > (time.time() - 2) * 1e9   # a bucket's times are to the second: read again
-                if recent or exp_id not in self._seen or self._seen[exp_id][0] != stamp:
-                    try:
-                        self._seen[exp_id] = (stamp, self.get(exp_id))
-                    except RegistryError as e:
-                        self._seen[exp_id] = (stamp, str(e))
-            for _, got in self._seen.values():
-                (out if isinstance(got, Record) else bad).append(got)   # type: ignore[arg-type]
-            return sorted(out, key=lambda r: r.submitted), sorted(bad)
-        if Path(self.dir).is_dir():
-            ids = [p.stem for p in sorted(Path(self.dir).glob("*.json"))
-                   if p.is_symlink() or p.stat().st_size]   # an empty file: an id being created
-        else:
-            ids = []
-        for exp_id in ids:
+            return {n[:-5]: st for n, st in storage.files(self.dir).items() if n.endswith(".json")}
+        d = Path(self.dir)
+        try:
+            top = os.lstat(d)
+        except FileNotFoundError:
+            return {}
+        out = {}
+        for p in d.glob("*.json"):
             try:
-                out.append(self.get(exp_id))
-            except RegistryError as e:
-                bad.append(str(e))
+                st = os.lstat(p)
+            except FileNotFoundError:   # removed meanwhile
+                continue
+            if stat.S_ISREG(st.st_mode) and st.st_size == 0:   # an id being created
+                continue
+            out[p.stem] = (st.st_mtime_ns, st.st_size, st.st_ctime_ns, st.st_ino, st.st_mode, st.st_uid,
+                           top.st_ino, top.st_mode, top.st_uid)
+        return out
+
+    def all(self) -> tuple[list[Record], list[str]]:
+        """(every readable record, oldest first; one line per file refused).  A record is read
+        (and judged) again only when its stamp changed, or when it changed in the last 2 s (a
+        bucket's times are to the second), so a pass over a registry of many finished
+        experiments reads none of them."""
+        listed = self._listing()
+        self._seen = {k: v for k, v in self._seen.items() if k in listed}
+        recent = (time.time() - 2) * 1e9
+        for exp_id, stamp in listed.items():
+            if stamp[0] > recent or exp_id not in self._seen or self._seen[exp_id][0] != stamp:
+                try:
+                    self._seen[exp_id] = (stamp, self.get(exp_id))
+                except RegistryError as e:
+                    self._seen[exp_id] = (stamp, str(e))
+        out = [got for _, got in self._seen.values() if isinstance(got, Record)]
+        bad = sorted(got for _, got in self._seen.values() if isinstance(got, str))
         return sorted(out, key=lambda r: r.submitted), bad

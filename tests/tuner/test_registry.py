@@ -3,6 +3,7 @@ import json
 import multiprocessing
 import os
 import time
+from pathlib import Path
 
 import pytest
 
@@ -163,3 +164,29 @@ def test_a_registry_id_names_its_experiment_folder_on_the_head(tmp_path, monkeyp
     assert experiment_location(rec.id) == "/tmp/x"
     assert experiment_location("unknown-id") == "unknown-id"
     assert experiment_location(str(tmp_path)) == str(tmp_path)
+
+
+def test_a_long_lived_registry_reads_again_what_changed_and_only_that(tmp_path, monkeypatch):
+    """The dispatcher lists its registry every pass: records are read once, then again when the
+    file changed in any way the record or the trust check depends on (even with its old size and
+    modification time put back), and never otherwise."""
+    import tuner.registry as registry_module
+    reg = Registry(tmp_path)
+    recs = [_record(reg, n) for n in ("a", "b", "c")]
+    old = time.time() - 60
+    for r in recs:
+        os.utime(reg.path(r.id), (old, old))
+    assert [r.id for r in reg.all()[0]] == [r.id for r in recs]
+    reads: list[str] = []
+    real = registry_module.read_json
+    monkeypatch.setattr(registry_module, "read_json", lambda path, what: reads.append(Path(path).stem) or real(path, what))
+    assert len(reg.all()[0]) == 3 and reads == []                 # nothing changed: nothing read
+    os.chmod(reg.path(recs[0].id), 0o666)                          # a mode change only (same size and mtime)
+    body = Path(reg.path(recs[1].id)).read_text()
+    Path(reg.path(recs[1].id)).write_text(body.replace('"me"', '"it"'))   # same size, old mtime put back
+    os.utime(reg.path(recs[1].id), (old, old))
+    Path(reg.path(recs[2].id)).unlink()
+    got, bad = reg.all()
+    assert sorted(reads) == sorted([recs[0].id, recs[1].id])
+    assert [r.id for r in got] == [recs[1].id] and got[0].owner == "it"
+    assert len(bad) == 1 and "writable by group or others" in bad[0]
