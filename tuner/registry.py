@@ -183,9 +183,6 @@ class Registry:
     def _at(self, *parts: str) -> Path | str:
         return storage.join(self.root, *parts) if self.remote else Path(self.root, *parts)
 
-    def _in_dir(self, name: str) -> Path | str:
-        return storage.join(self.dir, name) if self.remote else Path(self.dir, name)
-
     def _write(self, path: Path | str, data: dict[str, Any]) -> None:
         if self.remote:   # one PUT: an object is replaced whole, never seen half-written
             storage.write_bytes(path, json.dumps(data, indent=1).encode())
@@ -209,7 +206,7 @@ class Registry:
     def path(self, exp_id: str) -> Path | str:
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,120}", exp_id):
             raise RegistryError(f"{exp_id!r} is not an experiment id (`tuner queue` lists them)")
-        return self._in_dir(f"{exp_id}.json")
+        return self._at(RECORDS, f"{exp_id}.json")
 
     def new_id(self, name: str) -> str:
         """A fresh id.  In a folder its record file is created exclusively (ids never repeat, even
@@ -237,7 +234,7 @@ class Registry:
     def save_file(self, exp_id: str, text: str) -> str:
         """The experiment file as submitted, kept beside its record; where it is."""
         self.path(exp_id)   # the id checked
-        where = self._in_dir(f"{exp_id}.yaml")
+        where = self._at(RECORDS, f"{exp_id}.yaml")
         if self.remote:
             storage.write_bytes(where, text.encode())
         else:

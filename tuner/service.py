@@ -44,52 +44,41 @@ def attach(address: str | None):
     address = address or settings.read().ray_address or "auto"
     if ray.is_initialized():
         raise ServiceError("this process is connected to Ray already; the service commands run in a process of their own")
-    with _stderr_held() as held:
+    with tempfile.TemporaryFile() as held:
         try:
-            return ray.init(address=address, namespace=NAMESPACE, log_to_driver=False, logging_level=logging.WARNING)
+            with _fd2_into(held):   # Ray's C++ client writes a warning there per retry
+                ctx = ray.init(address=address, namespace=NAMESPACE, log_to_driver=False, logging_level=logging.WARNING)
         except Exception as e:  # noqa: BLE001 - whatever ray.init raises (a ConnectionError, an AuthenticationError)
-            said = " ".join(str(x) for x in (e, e.__cause__, e.__context__) if x)
-            if isinstance(e, ray.exceptions.AuthenticationError) or "Unauthenticated" in said + held.text():
-                held.drop()   # Ray's C++ client printed a warning per retry: one line of ours instead
+            said = " ".join(str(x) for x in (e, e.__cause__, e.__context__) if x) + _read(held)
+            if isinstance(e, ray.exceptions.AuthenticationError) or "Unauthenticated" in said:
                 raise ServiceError(f"refused by the cluster at {address}: this machine does not hold its token; copy "
                                    "the head's ~/.ray/auth_token here (or point RAY_AUTH_TOKEN_PATH at it) and try "
                                    "again") from None
+            sys.stderr.write(_read(held))
             raise ServiceError(f"no running Ray cluster at {address} ({str(e).splitlines()[0][:200]}); start one with "
                                "`tuner service start` (a local head) or `ray up cluster/aws-gpu.yaml`, then pass its "
                                "--address") from None
-
-
-class _Held:
-    def __init__(self, f):
-        self.f, self.dropped = f, False
-
-    def text(self) -> str:
-        self.f.flush()
-        self.f.seek(0)
-        return self.f.read().decode(errors="replace")
-
-    def drop(self) -> None:
-        self.dropped = True
+        sys.stderr.write(_read(held))
+        return ctx
 
 
 @contextlib.contextmanager
-def _stderr_held():
-    """File descriptor 2 (where Ray's C++ core writes) held in a file while connecting, then
-    written out unless dropped."""
+def _fd2_into(f):
+    """File descriptor 2 (stderr, Python's and the C++ core's) written into `f` meanwhile."""
     sys.stderr.flush()
     saved = os.dup(2)
-    with tempfile.TemporaryFile() as f:
-        os.dup2(f.fileno(), 2)
-        held = _Held(f)
-        try:
-            yield held
-        finally:
-            sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
-            if not held.dropped:
-                sys.stderr.write(held.text())
-                sys.stderr.flush()
+    os.dup2(f.fileno(), 2)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def _read(f) -> str:
+    f.seek(0)
+    return f.read().decode(errors="replace")
 
 
 def head_node() -> str:
@@ -218,14 +207,12 @@ def _storage_problem(path: str) -> str | None:
     """Run on the head: why the folder (or bucket URI) cannot hold the registry, or None."""
     from trainables.runtime import storage
     from trainables.runtime.preflight import folder_problem
-    if storage.is_uri(path):
-        return storage.writable_problem("storage", path)
-    p = Path(path)
-    try:
-        p.mkdir(parents=True, exist_ok=True, mode=0o700)
-    except OSError as e:
-        return f"cannot create it ({e.strerror})"
-    return folder_problem("storage", p, 1 << 20)
+    if not storage.is_uri(path):
+        try:
+            Path(path).mkdir(parents=True, exist_ok=True, mode=0o700)
+        except OSError as e:
+            return f"cannot create it ({e.strerror})"
+    return folder_problem("storage", path, 1 << 20)   # a bucket: a marker written and read back
 
 
 def experiment_text(exp) -> str:
