@@ -194,7 +194,8 @@ def test_shares_by_priority_a_queue_that_waits_its_turn_and_the_dispatcher_comes
     """Two experiments of one priority (low) share the 4 CPUs evenly while a third (high) waits
     (max_running 2); the dispatcher killed mid-run comes back with nothing lost or started twice;
     when one low ends the high one starts and the two share 4:1 by priority; ten submits at once
-    queue ten; the last one left grows into the freed CPUs within a minute."""
+    queue ten; another user cancels only with --force; the last one left grows into the freed CPUs
+    within a minute."""
     import getpass
 
     import ray
@@ -202,6 +203,7 @@ def test_shares_by_priority_a_queue_that_waits_its_turn_and_the_dispatcher_comes
                                                     "--priority", "low"), None) for n in ("eq-a", "eq-b")]))
     c = service.submit("pr-high", "high")
     held = _measure(service, [a, b], MEASURE_S)
+    print(f"CPUs held, low + low: {held[a]:.2f} + {held[b]:.2f}")
     assert service.records()[c]["state"] == "queued"            # max_running 2: the third waits
     assert abs(held[a] - 2) <= 0.5 and abs(held[b] - 2) <= 0.5, held
     # The dispatcher killed mid-run: the next `queue` re-creates it from the saved settings; no
@@ -225,6 +227,7 @@ def test_shares_by_priority_a_queue_that_waits_its_turn_and_the_dispatcher_comes
     jobs = _driver_jobs(service, [c, b])
     service.wait(lambda: _held(jobs)[b] <= 1, "the low-priority experiment shrinking to its share", timeout=60)
     held = _measure(service, [c, b], MEASURE_S)
+    print(f"CPUs held, high + low: {held[c]:.2f} + {held[b]:.2f}")
     assert abs(held[c] - 3.2) <= 0.5 and abs(held[b] - 0.8) <= 0.5, held
     # While these two hold both running places: ten submits at once from separate processes get
     # ten ids and ten records, all queued behind them.
@@ -238,8 +241,16 @@ def test_shares_by_priority_a_queue_that_waits_its_turn_and_the_dispatcher_comes
     assert set(recs) - before == set(ids)
     assert all(recs[i]["state"] == "queued" for i in ids)
     actor = ray.get_actor("tuner-dispatcher", namespace="tuner")
-    for i in [*ids, c]:
+    for i in ids:
         ray.get(actor.cancel.remote(i, getpass.getuser(), False))
+    # Another OS user may cancel it only with --force (getpass reads LOGNAME first).
+    other = {"LOGNAME": "someone-else", "USER": "someone-else"}
+    r = _cli("cancel", c, "--address", service.address, env=other)
+    assert r.returncode == 2 and f"submitted by {getpass.getuser()}" in r.stderr and "--force" in r.stderr, r.stderr
+    assert service.records()[c]["state"] == "running"
+    r = _cli("cancel", c, "--address", service.address, "--force", env=other)
+    assert r.returncode == 0 and service.records()[c]["state"] == "cancelled", r.stdout + r.stderr
+    assert "cancelled by someone-else" in service.records()[c]["message"]
     # The last one left alone grows into the freed slots within a minute.
     service.wait(lambda: service.slots(b) == 4, "the remaining experiment taking the cluster", timeout=60)
     jobs = _driver_jobs(service, [b])
@@ -444,10 +455,17 @@ def test_a_new_head_on_the_same_storage_resumes_the_running_experiment_and_keeps
         assert svc.records()[a]["state"] == "running" and svc.records()[b]["state"] == "queued"
         heads[0].stop()
         assert not (runs / "hr-a" / "summary.json").exists()     # it was stopped mid-run
+        t0 = time.monotonic()
         heads.append(Head(tmp_path, env, 2))
         svc.address = heads[1].address
+        t1 = time.monotonic()
         cli("service", "start", "--config", str(tmp_path / "service.yaml"))
+        t2 = time.monotonic()
+        svc.wait(lambda: svc.records()[a]["attempts"] == 2, "the interrupted experiment started again", timeout=60)
+        t3 = time.monotonic()
         svc.wait(lambda: svc.records()[a]["state"] == "finished", "the interrupted experiment finishing", timeout=240)
+        print(f"after the head died: new head {t1 - t0:.1f} s, service start {t2 - t1:.1f} s, experiment resumed "
+              f"{t3 - t2:.1f} s later, finished {time.monotonic() - t3:.1f} s after that")
         rec = svc.records()[a]
         assert rec["attempts"] == 2 and rec["trials_done"] == 4, rec
         summary = json.loads((runs / "hr-a" / "summary.json").read_text())
