@@ -65,10 +65,11 @@ class Service:
         self._registry = None
 
     def spec(self, name: str, samples: int = 200, epochs: int = 3, resources: str = "{workers: 1, cpus_per_worker: 1}",
-             train: str = "") -> Path:
+             train: str = "", search: bool = True) -> Path:
         f = self.root / f"{name}.yaml"
-        f.write_text(SPEC.format(name=name, storage=self.root / "runs", cache=self.root / "cache", samples=samples,
-                                 epochs=epochs, resources=resources, train=train))
+        text = SPEC.format(name=name, storage=self.root / "runs", cache=self.root / "cache", samples=samples,
+                           epochs=epochs, resources=resources, train=train)
+        f.write_text(text if search else text[:text.index("search:")])   # without: one config, num_samples times
         return f
 
     def submit(self, name: str, priority: str = "normal", **kw) -> str:
@@ -320,7 +321,8 @@ def test_bad_input_reaches_nothing_and_says_so_in_one_line(service, tmp_path):
 @pytest.mark.timeout(300)
 def test_a_run_outside_the_service_is_listed_as_unmanaged_and_its_cpus_are_not_shared(service):
     """`tuner run --address` beside the service holds 2 of the 4 CPUs: `queue` lists it as
-    unmanaged with its trials, and the one experiment the service runs gets the other 2."""
+    unmanaged with its trials, and the one experiment the service runs (one without `search:`)
+    gets the other 2."""
     import signal
     service.wait(lambda: not any(r["state"] == "running" for r in service.records().values()), "a free cluster")
     outside = service.spec("outside", samples=200, epochs=30)   # no rung: each trial holds its CPU for 30 epochs
@@ -332,7 +334,7 @@ def test_a_run_outside_the_service_is_listed_as_unmanaged_and_its_cpus_are_not_s
     try:
         service.wait(lambda: any(p.stat().st_size for p in (service.root / "runs" / "outside").glob("trial_*/result.json")),
                      "the run outside the service reporting")
-        exp = service.submit("beside")
+        exp = service.submit("beside", search=False)   # no `search:`: its slots are capped all the same
 
         def settled():
             got = service.queue_now()
