@@ -96,7 +96,8 @@ def test_a_node_that_cannot_see_the_storage_path_is_refused_by_name(cluster, tmp
     # exists there and is writable, but it is not the driver's folder.
     _refused_because_of_a_node(c, tmp_path, storage, [
         "unshare", "--mount", "sh", "-c",
-        f"mount -t tmpfs tmpfs {storage} && exec {ray_bin} start --address={c.address} --num-cpus=1 --block"])
+        f"mount -t tmpfs tmpfs {storage} && exec {ray_bin} start --address={c.address} --num-cpus=1 --block "
+        + " ".join(_node_ports())])
 
 
 # On the node it is started with, every Python process finds the storage folder's files gone
@@ -124,19 +125,32 @@ def test_a_node_whose_python_sees_another_folder_is_refused_by_name(cluster, tmp
     (site / "sitecustomize.py").write_text(HIDE)
     env = {**os.environ, "PYTHONPATH": str(site), "TUNER_TEST_HIDDEN": str(storage)}
     _refused_because_of_a_node(c, tmp_path, storage, [str(Path(sys.executable).parent / "ray"), "start",
-                                                      f"--address={c.address}", "--num-cpus=1", "--block"], env)
+                                                      f"--address={c.address}", "--num-cpus=1", "--block",
+                                                      *_node_ports()], env)
+
+
+def _node_ports() -> list[str]:
+    """Ports of its own for an extra node's raylet and agents: Ray's defaults (the agent's 52365
+    among them) can still be held by a node of an earlier test that is shutting down (seen in CI:
+    the extra node's `ray start` exited 1 and never joined)."""
+    from ray_helpers import free_ports
+    nm, om, metrics, agent_http, agent_grpc, renv = free_ports(6)
+    return [f"--node-manager-port={nm}", f"--object-manager-port={om}", f"--metrics-export-port={metrics}",
+            f"--dashboard-agent-listen-port={agent_http}", f"--dashboard-agent-grpc-port={agent_grpc}",
+            f"--runtime-env-agent-port={renv}"]
 
 
 def _refused_because_of_a_node(c, tmp_path: Path, storage: Path, node_cmd: list[str], env=None) -> None:
     """Start one more node with `node_cmd`; a run must then be refused naming that node (and
     only it), before any trial starts."""
     before = set(_alive_nodes(c.address))
-    node = subprocess.Popen(node_cmd, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            env=env)
+    log = tmp_path / "extra-node.log"
+    node = subprocess.Popen(node_cmd, start_new_session=True, stdout=log.open("w"), stderr=subprocess.STDOUT, env=env)
     try:
         deadline = time.monotonic() + 90
         while not set(_alive_nodes(c.address)) - before:
-            assert time.monotonic() < deadline and node.poll() is None, "the extra node did not join"
+            assert time.monotonic() < deadline and node.poll() is None, \
+                f"the extra node did not join (exit {node.poll()}):\n{log.read_text()[-3000:]}"
             time.sleep(1)
         (extra,) = set(_alive_nodes(c.address)) - before
         r = _run(_spec(tmp_path, "unseen", 1, storage), c.address)
