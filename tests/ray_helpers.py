@@ -21,6 +21,16 @@ def free_ports(n: int) -> list[int]:
             s.close()
 
 
+def node_ports() -> list[str]:
+    """`ray start` flags that give a node's raylet and agents ports of their own: Ray's defaults
+    (the agent's 52365 among them) can still be held by a node of an earlier test that is shutting
+    down (seen in CI: an extra node's `ray start` exited 1 and never joined)."""
+    nm, om, metrics, agent_http, agent_grpc, renv = free_ports(6)
+    return [f"--node-manager-port={nm}", f"--object-manager-port={om}", f"--metrics-export-port={metrics}",
+            f"--dashboard-agent-listen-port={agent_http}", f"--dashboard-agent-grpc-port={agent_grpc}",
+            f"--runtime-env-agent-port={renv}"]
+
+
 def dashboard_json(url: str, route: str) -> dict:
     """GET a route of a Ray dashboard (host:port) with the token in ~/.ray/auth_token."""
     token = (Path.home() / ".ray" / "auth_token").read_text().strip()

@@ -12,7 +12,7 @@ from pathlib import Path
 import fault_plugin
 import psutil
 import pytest
-from ray_helpers import dashboard_json, free_ports
+from ray_helpers import dashboard_json, free_ports, node_ports
 
 pytestmark = pytest.mark.integration
 
@@ -97,7 +97,7 @@ def test_a_node_that_cannot_see_the_storage_path_is_refused_by_name(cluster, tmp
     _refused_because_of_a_node(c, tmp_path, storage, [
         "unshare", "--mount", "sh", "-c",
         f"mount -t tmpfs tmpfs {storage} && exec {ray_bin} start --address={c.address} --num-cpus=1 --block "
-        + " ".join(_node_ports())])
+        + " ".join(node_ports())])
 
 
 # On the node it is started with, every Python process finds the storage folder's files gone
@@ -126,18 +126,8 @@ def test_a_node_whose_python_sees_another_folder_is_refused_by_name(cluster, tmp
     env = {**os.environ, "PYTHONPATH": str(site), "TUNER_TEST_HIDDEN": str(storage)}
     _refused_because_of_a_node(c, tmp_path, storage, [str(Path(sys.executable).parent / "ray"), "start",
                                                       f"--address={c.address}", "--num-cpus=1", "--block",
-                                                      *_node_ports()], env)
+                                                      *node_ports()], env)
 
-
-def _node_ports() -> list[str]:
-    """Ports of its own for an extra node's raylet and agents: Ray's defaults (the agent's 52365
-    among them) can still be held by a node of an earlier test that is shutting down (seen in CI:
-    the extra node's `ray start` exited 1 and never joined)."""
-    from ray_helpers import free_ports
-    nm, om, metrics, agent_http, agent_grpc, renv = free_ports(6)
-    return [f"--node-manager-port={nm}", f"--object-manager-port={om}", f"--metrics-export-port={metrics}",
-            f"--dashboard-agent-listen-port={agent_http}", f"--dashboard-agent-grpc-port={agent_grpc}",
-            f"--runtime-env-agent-port={renv}"]
 
 
 def _refused_because_of_a_node(c, tmp_path: Path, storage: Path, node_cmd: list[str], env=None) -> None:

@@ -73,9 +73,21 @@ class Service:
         return f
 
     def submit(self, name: str, priority: str = "normal", **kw) -> str:
-        r = _cli("submit", str(self.spec(name, **kw)), "--address", self.address, "--priority", priority)
-        assert r.returncode == 0, r.stdout + r.stderr
-        return _submitted(r.stdout)
+        return self.submit_all([name], priority, **kw)[0]
+
+    def submit_all(self, names: list[str], priority: str = "normal", timeout: float = 120, **kw) -> list[str]:
+        """`tuner submit` of each, all at once from separate processes; their ids in order."""
+        outs = _clis([(("submit", str(self.spec(n, **kw)), "--address", self.address, "--priority", priority), None)
+                      for n in names], timeout)
+        assert all(o.returncode == 0 for o in outs), [o.stdout[-500:] + o.stderr[-500:] for o in outs]
+        return [_submitted(o.stdout) for o in outs]
+
+    def cancel_now(self, exp_id: str) -> None:
+        """Cancelled through the dispatcher from this process (as its owner), no process started."""
+        import getpass
+
+        import ray
+        ray.get(ray.get_actor("tuner-dispatcher", namespace="tuner").cancel.remote(exp_id, getpass.getuser(), False))
 
     def queue(self) -> dict[str, dict]:
         r = _cli("queue", "--json", "--address", self.address)
@@ -200,8 +212,7 @@ def test_shares_by_priority_a_queue_that_waits_its_turn_and_the_dispatcher_comes
     import getpass
 
     import ray
-    a, b = (_submitted(o.stdout) for o in _clis([(("submit", str(service.spec(n)), "--address", service.address,
-                                                    "--priority", "low"), None) for n in ("eq-a", "eq-b")]))
+    a, b = service.submit_all(["eq-a", "eq-b"], "low")
     c = service.submit("pr-high", "high")
     held = _measure(service, [a, b], MEASURE_S)
     print(f"CPUs held, low + low: {held[a]:.2f} + {held[b]:.2f}")
@@ -233,17 +244,13 @@ def test_shares_by_priority_a_queue_that_waits_its_turn_and_the_dispatcher_comes
     # While these two hold both running places: ten submits at once from separate processes get
     # ten ids and ten records, all queued behind them.
     before = set(service.records())
-    outs = _clis([(("submit", str(service.spec(f"many-{i}", samples=1, epochs=1)), "--address", service.address,
-                    "--priority", "low"), None) for i in range(10)], timeout=240)
-    assert all(o.returncode == 0 for o in outs), [o.stderr[-500:] for o in outs]
-    ids = [_submitted(o.stdout) for o in outs]
+    ids = service.submit_all([f"many-{i}" for i in range(10)], "low", timeout=240, samples=1, epochs=1)
     assert len(set(ids)) == 10
     recs = service.records()
     assert set(recs) - before == set(ids)
     assert all(recs[i]["state"] == "queued" for i in ids)
-    actor = ray.get_actor("tuner-dispatcher", namespace="tuner")
     for i in ids:
-        ray.get(actor.cancel.remote(i, getpass.getuser(), False))
+        service.cancel_now(i)
     # Another OS user may cancel it only with --force (getpass reads LOGNAME first).
     other = {"LOGNAME": "someone-else", "USER": "someone-else"}
     r = _cli("cancel", c, "--address", service.address, env=other)
@@ -261,7 +268,7 @@ def test_shares_by_priority_a_queue_that_waits_its_turn_and_the_dispatcher_comes
                      timeout=60)
     except AssertionError as e:
         raise AssertionError(f"{e}\nCPUs held by {b} over the wait: {seen}\n{_cluster_view(service, b)}") from None
-    ray.get(actor.cancel.remote(b, getpass.getuser(), False))
+    service.cancel_now(b)
     out = _cli("logs", b, "--no-follow", "--address", service.address)
     assert out.returncode == 0 and "experiment eq-b" in out.stdout, out.stdout[-2000:] + out.stderr
 
@@ -358,10 +365,7 @@ def test_a_run_outside_the_service_is_listed_as_unmanaged_and_its_cpus_are_not_s
             os.killpg(proc.pid, signal.SIGKILL)
             proc.communicate()
         if exp:
-            import getpass
-
-            import ray
-            ray.get(ray.get_actor("tuner-dispatcher", namespace="tuner").cancel.remote(exp, getpass.getuser(), False))
+            service.cancel_now(exp)
 
 
 @pytest.mark.timeout(420)
@@ -395,17 +399,15 @@ class Head:
     def __init__(self, root: Path, env: dict[str, str], n: int):
         import tempfile
 
-        from ray_helpers import free_ports
+        from ray_helpers import free_ports, node_ports
         self.root, self.env = root, env
         self.temp_dir = Path(tempfile.mkdtemp(prefix="tuner-svc-", dir="/tmp"))   # socket paths stay short
-        gcs, dash, client, nm, om, metrics, agent_http, agent_grpc, renv = free_ports(9)
+        gcs, dash, client = free_ports(3)
         self.log = root / f"head-{n}.log"
         self.proc = subprocess.Popen(
             [str(Path(sys.executable).parent / "ray"), "start", "--head", "--block", f"--port={gcs}",
              f"--dashboard-port={dash}", "--dashboard-host=127.0.0.1", "--include-dashboard=true",
-             f"--ray-client-server-port={client}", f"--node-manager-port={nm}", f"--object-manager-port={om}",
-             f"--metrics-export-port={metrics}", f"--dashboard-agent-listen-port={agent_http}",
-             f"--dashboard-agent-grpc-port={agent_grpc}", f"--runtime-env-agent-port={renv}",
+             f"--ray-client-server-port={client}", *node_ports(),
              "--min-worker-port=0", "--max-worker-port=0", "--num-cpus=2", f"--temp-dir={self.temp_dir}"],
             env=env, start_new_session=True, stdout=self.log.open("w"), stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 90
