@@ -143,9 +143,9 @@ def method(who: str, seed: int, budget: Budget, bench: str, warm: list | None = 
     from ray.tune.schedulers import ASHAScheduler
     from ray.tune.search import ConcurrencyLimiter
     from ray.tune.search.optuna import OptunaSearch
-    if who.startswith("ours"):   # _rm: the searcher models the highest rung with enough points
+    if who.startswith("ours"):   # _rm: the searcher models the highest rung with enough points (_gp: by a GP)
         s = make_searcher(space(bench), "value", "max", seed, budget, warm=bool(warm),
-                          rung_model=who.endswith("_rm"))
+                          rung_model=who.endswith(("_rm", "_gp")), rung_sampler="gp" if who.endswith("_gp") else "tpe")
         for t in warm or []:   # as tuner/tuning.py's build_tuner seeds the study
             s.study.add_trial(t)
         s.set_max_concurrency(WORKERS)

@@ -42,6 +42,7 @@ JOURNAL = "optuna-journal.log"  # the study, in the experiment folder
 # comparisons (two seed sets each), none significant on its own.
 GUIDED_FROM = 24
 TPE_STARTUP = 10   # Optuna's default start-up trials (drawn at random before TPE models)
+GP_POINTS = 200    # the most points a rung's Gaussian process models (then TPE does)
 
 
 def journal_storage(path: str | Path) -> optuna.storages.JournalStorage:
@@ -66,6 +67,15 @@ def sobol_sampler(seed: int | None) -> optuna.samplers.QMCSampler:
                                           warn_independent_sampling=False, warn_asynchronous_seeding=False)
 
 
+def gp_sampler(seed: int | None, n_startup_trials: int) -> optuna.samplers.GPSampler:
+    """Optuna's Gaussian-process sampler (log expected improvement; q-batch over the proposals
+    still pending), with random draws for settings outside its search space."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return optuna.samplers.GPSampler(seed=seed, n_startup_trials=n_startup_trials,
+                                         warn_independent_sampling=False)
+
+
 def default_sampler(seed: int | None, num_samples: int, warm: bool = False) -> optuna.samplers.BaseSampler:
     """Sobol below GUIDED_FROM trials, TPE (after its start-up trials) from there on.  A warm
     start is TPE at any size: the earlier trials count towards its start-up trials, and a Sobol
@@ -78,7 +88,7 @@ def default_sampler(seed: int | None, num_samples: int, warm: bool = False) -> o
 def make_searcher(search: dict, metric: str | list[str], mode: str | list[str], seed: int | None, budget,
                   journal: str | Path | None = None, study_name: str = "tuner",
                   sampler: optuna.samplers.BaseSampler | None = None, rungs: tuple[int, ...] = (),
-                  warm: bool = False, rung_model: bool | None = None) -> FidelitySearcher:
+                  warm: bool = False, rung_model: bool | None = None, rung_sampler: str = "tpe") -> FidelitySearcher:
     """The searcher of a run over the experiment's (define-by-run) space; `sampler`, `rungs` and
     `rung_model` are what the benchmarks vary (default: default_sampler, no rung bookkeeping,
     and the rung model wherever TPE proposes: measured ahead of TPE over the study alone on
@@ -90,7 +100,8 @@ def make_searcher(search: dict, metric: str | list[str], mode: str | list[str], 
                             sampler=sampler or default_sampler(seed, budget.num_samples, warm), journal=journal,
                             study_name=study_name, max_epochs=budget.max_epochs, rungs=rungs,
                             eta=budget.reduction_factor,
-                            model_rungs=(*budget.rungs, budget.max_epochs) if rung_model else (), seed=seed)
+                            model_rungs=(*budget.rungs, budget.max_epochs) if rung_model else (), seed=seed,
+                            rung_sampler=rung_sampler)
 
 
 class SlotSearcher(Searcher):
@@ -190,8 +201,12 @@ class FidelitySearcher(SlotSearcher):
                  mode: str | list[str] | None = None, sampler: optuna.samplers.BaseSampler | None = None,
                  journal: str | Path | None = None, study_name: str = "tuner", *, max_epochs: int,
                  rungs: tuple[int, ...] = (), eta: float = 3, model_rungs: tuple[int, ...] = (),
-                 seed: int | None = None):
+                 seed: int | None = None, rung_sampler: str = "tpe"):
         super().__init__(metric=metric, mode=mode)
+        # rung_sampler: what models a rung, "tpe" or "gp" (a Gaussian process; its proposals stay
+        # pending in the rung's study until their trial reaches that rung or ends).
+        self.rung_sampler = rung_sampler
+        self.pending: dict[str, tuple[int, int]] = {}   # trial -> (rung, its proposal's number there)
         # model_rungs: propose from a TPE model of the values at the highest of these epochs
         # where enough trials have reported (each trial counts at every rung it reached, paused
         # and running ones included), as BOHB models its highest budget with enough points.
@@ -259,7 +274,7 @@ class FidelitySearcher(SlotSearcher):
             raise RuntimeError("FidelitySearcher has no search space")
         if self.full():
             return None
-        guided = self.rung_proposal()
+        guided = self.rung_proposal(trial_id)
         if guided is not None:
             self.study.enqueue_trial(guided)
         t = self.study.ask()
@@ -295,6 +310,7 @@ class FidelitySearcher(SlotSearcher):
             t = self.trial(trial_id)
             self.shadow(epoch).add_trial(optuna.trial.create_trial(
                 params=t.params, distributions=t.distributions, value=float(value)))
+        self.settle(trial_id, epoch)
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
         if trial_id in self.completed or trial_id not in self.numbers:
@@ -315,6 +331,7 @@ class FidelitySearcher(SlotSearcher):
         except Exception as e:  # noqa: BLE001 - never let bookkeeping end the search
             log.warning("optuna tell for trial %s failed: %s", trial_id, e)
         self.completed.add(trial_id)
+        self.settle(trial_id)
         self.tally(result)
         for d in (self.last_results, self.reported, self.unjudged, self.live):
             d.pop(trial_id, None)
@@ -325,10 +342,10 @@ class FidelitySearcher(SlotSearcher):
         """An in-memory study of the values at one rung (TPE over them)."""
         assert self.shadows is not None
         if rung not in self.shadows:
-            n = self.min_points()
+            n, seed = self.min_points(), None if self.seed is None else self.seed + rung
             self.shadows[rung] = optuna.create_study(
                 direction="minimize" if self.mode == "min" else "maximize",
-                sampler=tpe_sampler(None if self.seed is None else self.seed + rung, n_startup_trials=n))
+                sampler=gp_sampler(seed, n) if self.rung_sampler == "gp" else tpe_sampler(seed, n_startup_trials=n))
         return self.shadows[rung]
 
     def min_points(self) -> int:
@@ -336,7 +353,7 @@ class FidelitySearcher(SlotSearcher):
         number of searched settings + 2."""
         return max(TPE_STARTUP, len(self.space.search) + 2 if self.space else 0)
 
-    def rung_proposal(self) -> dict[str, Any] | None:
+    def rung_proposal(self, trial_id: str | None = None) -> dict[str, Any] | None:
         """Settings drawn by TPE over the highest model rung with enough points (None: no rung
         has them yet, or no rung model)."""
         if not self.model_rungs or isinstance(self.metric, list) or self.space is None:
@@ -348,31 +365,54 @@ class FidelitySearcher(SlotSearcher):
                     if step in self.model_rungs and finite(v):
                         self.shadow(step).add_trial(optuna.trial.create_trial(
                             params=ft.params, distributions=ft.distributions, value=float(v)))
-        ready = [r for r in self.model_rungs if r in self.shadows and len(self.shadows[r].get_trials(
-            deepcopy=False, states=(TrialState.COMPLETE,))) >= self.min_points()]
+        points = {r: len(self.shadows[r].get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
+                  for r in self.model_rungs if r in self.shadows}
+        ready = [r for r, n in points.items() if n >= self.min_points()]
         if not ready:
             return None
         shadow = self.shadows[max(ready)]
+        if points[max(ready)] > GP_POINTS and isinstance(shadow.sampler, optuna.samplers.GPSampler):
+            # A GP's proposal costs time growing with its points (0.15 s at 200, 1.2 s at 1,000,
+            # BENCHMARKS.md): past GP_POINTS the rung is modelled by TPE.
+            seed = None if self.seed is None else self.seed + max(ready)
+            shadow.sampler = tpe_sampler(seed, n_startup_trials=self.min_points())
+        for waiting in set(self.pending) & set(self.waiting):   # paused at a rung: not running now
+            self.settle(waiting)
         t = shadow.ask()
         self.space(t)
-        shadow.tell(t, state=TrialState.FAIL)   # a draw, not a result: TPE leaves FAIL out
+        if self.rung_sampler == "gp" and trial_id is not None:
+            self.pending[trial_id] = (max(ready), t.number)   # until its trial reaches the rung
+        else:
+            shadow.tell(t, state=TrialState.FAIL)   # a draw, not a result: TPE leaves FAIL out
         return dict(t.params)
+
+    def settle(self, trial_id: str, epoch: int | None = None) -> None:
+        """The proposal of `trial_id` stops pending in its rung's study once the trial reaches
+        that rung (`epoch`) or ends (None); its value there is added as a trial of its own."""
+        rung, number = self.pending.get(trial_id, (None, None))
+        if rung is None or (epoch is not None and epoch < rung):
+            return
+        del self.pending[trial_id]
+        if self.shadows is not None and rung in self.shadows:
+            self.shadows[rung].tell(number, state=TrialState.FAIL)
 
     # ------------------------------------------------------------ snapshots
 
     def __getstate__(self) -> dict[str, Any]:
         """Plain values and the sampler; the study is re-opened from its journal, never pickled
         (an in-memory study, with no journal, goes with its storage)."""
-        drop = ("live", "study_now", "shadows") if self.journal is None else ("live", "study_now", "storage_now", "shadows")
+        drop: tuple[str, ...] = ("live", "study_now", "shadows", "pending")
+        drop = drop if self.journal is None else (*drop, "storage_now")
         return {k: v for k, v in self.__dict__.items() if k not in drop}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         from . import _compat
         self.__dict__.update(_compat.searcher_state(state))
-        self.live, self.study_now, self.shadows = {}, None, None
+        self.live, self.study_now, self.shadows, self.pending = {}, None, None, {}
         self.__dict__.setdefault("storage_now", None)
         self.__dict__.setdefault("model_rungs", ())   # snapshots written before the rung model
         self.__dict__.setdefault("seed", None)
+        self.__dict__.setdefault("rung_sampler", "tpe")
 
     def save(self, checkpoint_path: str) -> None:
         with open(checkpoint_path, "wb") as f:

@@ -266,3 +266,70 @@ def test_short_trials_fill_every_slot_at_once(ray_address, tmp_path, monkeypatch
     assert len(spans) == 16
     most = max(sum(s <= t < e for s, e in spans) for t, _ in spans)
     assert most == 4, sorted(spans)
+
+
+def test_the_gp_rung_model_keeps_each_proposal_pending_until_its_trial_reaches_the_rung():
+    """With rung_sampler "gp", a proposal drawn from a rung's Gaussian process stays RUNNING in
+    that rung's study (the GP's q-batch acquisition sees it) until its trial reports at the rung,
+    ends, or waits paused at a lower rung; the value at the rung is added as a trial of its own."""
+    xy = SearchSpace({"x": SearchEntry(type="uniform", low=0.0, high=1.0),
+                      "y": SearchEntry(type="uniform", low=0.0, high=1.0)})
+    f = lambda c: -((c["x"] - 0.7) ** 2 + (c["y"] - 0.2) ** 2)
+    s = FidelitySearcher(space=xy, metric="val_acc", mode="max", sampler=tpe_sampler(0), max_epochs=9,
+                         model_rungs=(1, 3, 9), seed=0, rung_sampler="gp")
+    configs = {}
+    for i in range(12):   # twelve trials stopped at epoch 1: rung 1 has enough points (10)
+        configs[f"t{i}"] = c = s.suggest(f"t{i}")
+        s.on_trial_complete(f"t{i}", {"epoch": 1, "status": "ok", "val_acc": f(c)})
+    rung = s.shadow(1)
+    done = lambda: rung.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    assert len(done()) == 12 and s.pending == {}
+    a, b = s.suggest("a"), s.suggest("b")
+    running = rung.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+    assert [t.params for t in running] == [{"x": a["x"], "y": a["y"]}, {"x": b["x"], "y": b["y"]}]
+    assert set(s.pending) == {"a", "b"} and a != b
+    s.on_trial_result("a", {"epoch": 1, "status": "ok", "val_acc": f(a)})     # a reaches rung 1
+    assert set(s.pending) == {"b"} and len(done()) == 13 and done()[-1].params == running[0].params
+    assert rung.trials[running[0].number].state == TrialState.FAIL          # no longer pending
+    s.waiting = {"b"}                                                        # b waits at a lower rung
+    s.suggest("c")
+    assert set(s.pending) == {"c"} and rung.trials[running[1].number].state == TrialState.FAIL
+    s.on_trial_complete("c", {"epoch": 1, "status": "diverged", "val_acc": 0.0})
+    assert s.pending == {}
+    # The GP's proposals are drawn where rung 1 is best: nearer (0.7, 0.2) than the first twelve.
+    miss = lambda c: math.dist((c["x"], c["y"]), (0.7, 0.2))
+    first = sorted(miss(c) for c in configs.values())[6]
+    assert all(miss(c) < first for c in (a, b)), ([miss(c) for c in (a, b)], first)
+
+
+def test_a_rung_with_more_points_than_a_gp_models_is_modelled_by_tpe(monkeypatch):
+    import optuna
+
+    import tuner.searcher as ts
+    monkeypatch.setattr(ts, "GP_POINTS", 11)
+    s = FidelitySearcher(space=LR, metric="val_acc", mode="max", sampler=tpe_sampler(0), max_epochs=3,
+                         model_rungs=(1, 3), seed=0, rung_sampler="gp")
+    for i in range(11):
+        c = s.suggest(f"t{i}")
+        s.on_trial_complete(f"t{i}", {"epoch": 1, "status": "ok", "val_acc": -abs(math.log10(c["lr"]) + 2)})
+    s.suggest("a")
+    assert isinstance(s.shadow(1).sampler, optuna.samplers.GPSampler) and set(s.pending) == {"a"}
+    s.on_trial_complete("a", {"epoch": 1, "status": "ok", "val_acc": -1.0})   # the twelfth point
+    s.suggest("b")
+    assert isinstance(s.shadow(1).sampler, optuna.samplers.TPESampler)
+
+
+def test_the_gp_rung_model_repeats_its_proposals_given_the_seed():
+    """reproducible: true holds with the GP rung model too: the same seed and results give the
+    same proposals."""
+    def proposals(seed):
+        s = FidelitySearcher(space=LR, metric="val_acc", mode="max", sampler=tpe_sampler(seed), max_epochs=3,
+                             model_rungs=(1, 3), seed=seed, rung_sampler="gp")
+        out = []
+        for i in range(14):
+            c = s.suggest(f"t{i}")
+            s.on_trial_complete(f"t{i}", {"epoch": 1, "status": "ok", "val_acc": -abs(math.log10(c["lr"]) + 2)})
+            out.append(c["lr"])
+        return out
+    first = proposals(0)
+    assert first == proposals(0) and first[10:] != proposals(1)[10:]
