@@ -48,17 +48,21 @@ import frontier_bench as fb
 import search_efficiency as se
 
 from tuner.schema import Budget, SearchEntry
-from tuner.searcher import make_searcher
+from tuner.searcher import RUNG_SAMPLER, make_searcher
 from tuner.tuning import asha
 
 WORKERS, BENCHMARKS = fb.WORKERS, fb.BENCHMARKS
 TARGET_REGRET = 0.05
-DEFAULT_METHODS = METHODS = ("ours_stopping", "ours_promotion", "ours_stopping_rm", "ours_promotion_rm",
-                             "ray_optuna_asha", "random_asha")
 GRID = 200   # points of the regret curve
+# Ours: ours_{stopping|promotion}[_rm|_gp|_mix]: the ASHA kind, then the rung model's sampler (rm:
+# TPE, gp: a Gaussian process, mix: the two in turn; none: no rung model, TPE over the study).
+RUNG = {"rm": "tpe", "gp": "gp", "mix": "mix"}
 # The shipped default is the one judged: its ASHA kind, with the rung model (make_searcher's
-# default wherever TPE proposes, as it does at this budget's num_samples).
-OURS = f"ours_{Budget.model_fields['asha'].default}_rm"
+# default wherever TPE proposes, as it does at this budget's num_samples) and its sampler for a
+# space without branches (all five benchmarks').
+OURS = f"ours_{Budget.model_fields['asha'].default}_{next(k for k, v in RUNG.items() if v == RUNG_SAMPLER)}"
+DEFAULT_METHODS = METHODS = ("ours_stopping", "ours_promotion", "ours_promotion_rm", OURS,
+                             "ray_optuna_asha", "random_asha")
 
 
 def space(bench: str) -> dict[str, SearchEntry]:
@@ -143,9 +147,10 @@ def method(who: str, seed: int, budget: Budget, bench: str, warm: list | None = 
     from ray.tune.schedulers import ASHAScheduler
     from ray.tune.search import ConcurrencyLimiter
     from ray.tune.search.optuna import OptunaSearch
-    if who.startswith("ours"):   # _rm: the searcher models the highest rung with enough points (_gp: by a GP)
+    if who.startswith("ours"):   # with a rung model: proposals from the highest rung with enough points
+        rung = RUNG.get(who.rsplit("_", 1)[1])
         s = make_searcher(space(bench), "value", "max", seed, budget, warm=bool(warm),
-                          rung_model=who.endswith(("_rm", "_gp")), rung_sampler="gp" if who.endswith("_gp") else "tpe")
+                          rung_model=rung is not None, rung_sampler=rung or "tpe")
         for t in warm or []:   # as tuner/tuning.py's build_tuner seeds the study
             s.study.add_trial(t)
         s.set_max_concurrency(WORKERS)

@@ -43,6 +43,12 @@ JOURNAL = "optuna-journal.log"  # the study, in the experiment folder
 GUIDED_FROM = 24
 TPE_STARTUP = 10   # Optuna's default start-up trials (drawn at random before TPE models)
 GP_POINTS = 200    # the most points a rung's Gaussian process models (then TPE does)
+# What models a rung of a space without branches: every other proposal from a Gaussian process,
+# the others from TPE.  Measured against TPE alone (BENCHMARKS.md, "A Gaussian process in the
+# rung model"): a GP alone was stuck at a local optimum in some seeds of Hartmann-6; taking turns
+# with TPE kept most of its gain without that.  A space with branches keeps TPE (a GP models only
+# the settings every trial has).
+RUNG_SAMPLER = "mix"
 
 
 def journal_storage(path: str | Path) -> optuna.storages.JournalStorage:
@@ -88,14 +94,17 @@ def default_sampler(seed: int | None, num_samples: int, warm: bool = False) -> o
 def make_searcher(search: dict, metric: str | list[str], mode: str | list[str], seed: int | None, budget,
                   journal: str | Path | None = None, study_name: str = "tuner",
                   sampler: optuna.samplers.BaseSampler | None = None, rungs: tuple[int, ...] = (),
-                  warm: bool = False, rung_model: bool | None = None, rung_sampler: str = "tpe") -> FidelitySearcher:
-    """The searcher of a run over the experiment's (define-by-run) space; `sampler`, `rungs` and
-    `rung_model` are what the benchmarks vary (default: default_sampler, no rung bookkeeping,
+                  warm: bool = False, rung_model: bool | None = None,
+                  rung_sampler: str | None = None) -> FidelitySearcher:
+    """The searcher of a run over the experiment's (define-by-run) space; `sampler`, `rungs`,
+    `rung_model` and `rung_sampler` are what the benchmarks vary (default: default_sampler, no rung bookkeeping,
     and the rung model wherever TPE proposes: measured ahead of TPE over the study alone on
     digits and MF-Hartmann, level on Hartmann-6, BENCHMARKS.md; a Sobol search keeps its
     sequence)."""
     if rung_model is None:
         rung_model = sampler is None and (warm or budget.num_samples >= GUIDED_FROM)
+    if rung_sampler is None:
+        rung_sampler = "tpe" if any(e.branches for e in search.values()) else RUNG_SAMPLER
     return FidelitySearcher(space=SearchSpace(search), metric=metric, mode=mode,
                             sampler=sampler or default_sampler(seed, budget.num_samples, warm), journal=journal,
                             study_name=study_name, max_epochs=budget.max_epochs, rungs=rungs,
@@ -203,10 +212,12 @@ class FidelitySearcher(SlotSearcher):
                  rungs: tuple[int, ...] = (), eta: float = 3, model_rungs: tuple[int, ...] = (),
                  seed: int | None = None, rung_sampler: str = "tpe"):
         super().__init__(metric=metric, mode=mode)
-        # rung_sampler: what models a rung, "tpe" or "gp" (a Gaussian process; its proposals stay
-        # pending in the rung's study until their trial reaches that rung or ends).
+        # rung_sampler: what models a rung, "tpe", "gp" (a Gaussian process; proposals stay pending
+        # in the rung's study until their trial reaches that rung or ends) or "mix" (alternately).
         self.rung_sampler = rung_sampler
         self.pending: dict[str, tuple[int, int]] = {}   # trial -> (rung, its proposal's number there)
+        self.models: dict[int, tuple[Any, Any]] = {}    # rung -> (its TPE, its GP)
+        self.proposals = 0
         # model_rungs: propose from a TPE model of the values at the highest of these epochs
         # where enough trials have reported (each trial counts at every rung it reached, paused
         # and running ones included), as BOHB models its highest budget with enough points.
@@ -339,13 +350,14 @@ class FidelitySearcher(SlotSearcher):
     # ------------------------------------------------------------ the model over rungs
 
     def shadow(self, rung: int) -> optuna.Study:
-        """An in-memory study of the values at one rung (TPE over them)."""
+        """An in-memory study of the values at one rung (TPE or a GP over them)."""
         assert self.shadows is not None
         if rung not in self.shadows:
             n, seed = self.min_points(), None if self.seed is None else self.seed + rung
             self.shadows[rung] = optuna.create_study(
                 direction="minimize" if self.mode == "min" else "maximize",
-                sampler=gp_sampler(seed, n) if self.rung_sampler == "gp" else tpe_sampler(seed, n_startup_trials=n))
+                sampler=tpe_sampler(seed, n_startup_trials=n))
+            self.models[rung] = (self.shadows[rung].sampler, gp_sampler(seed, n))
         return self.shadows[rung]
 
     def min_points(self) -> int:
@@ -370,18 +382,20 @@ class FidelitySearcher(SlotSearcher):
         ready = [r for r, n in points.items() if n >= self.min_points()]
         if not ready:
             return None
-        shadow = self.shadows[max(ready)]
-        if points[max(ready)] > GP_POINTS and isinstance(shadow.sampler, optuna.samplers.GPSampler):
-            # A GP's proposal costs time growing with its points (0.15 s at 200, 1.2 s at 1,000,
-            # BENCHMARKS.md): past GP_POINTS the rung is modelled by TPE.
-            seed = None if self.seed is None else self.seed + max(ready)
-            shadow.sampler = tpe_sampler(seed, n_startup_trials=self.min_points())
+        rung = max(ready)
+        shadow, (tpe, gp) = self.shadows[rung], self.models[rung]
+        # "gp": every proposal from the GP, "mix": every other one; TPE past GP_POINTS, since a
+        # GP's proposal costs time growing with its points (BENCHMARKS.md).
+        self.proposals += 1
+        use_gp = (self.rung_sampler == "gp" or (self.rung_sampler == "mix" and self.proposals % 2)) \
+            and points[rung] <= GP_POINTS
+        shadow.sampler = gp if use_gp else tpe
         for waiting in set(self.pending) & set(self.waiting):   # paused at a rung: not running now
             self.settle(waiting)
         t = shadow.ask()
         self.space(t)
-        if self.rung_sampler == "gp" and trial_id is not None:
-            self.pending[trial_id] = (max(ready), t.number)   # until its trial reaches the rung
+        if self.rung_sampler != "tpe" and trial_id is not None:
+            self.pending[trial_id] = (rung, t.number)   # until its trial reaches the rung (TPE ignores it)
         else:
             shadow.tell(t, state=TrialState.FAIL)   # a draw, not a result: TPE leaves FAIL out
         return dict(t.params)
@@ -401,18 +415,19 @@ class FidelitySearcher(SlotSearcher):
     def __getstate__(self) -> dict[str, Any]:
         """Plain values and the sampler; the study is re-opened from its journal, never pickled
         (an in-memory study, with no journal, goes with its storage)."""
-        drop: tuple[str, ...] = ("live", "study_now", "shadows", "pending")
+        drop: tuple[str, ...] = ("live", "study_now", "shadows", "pending", "models")
         drop = drop if self.journal is None else (*drop, "storage_now")
         return {k: v for k, v in self.__dict__.items() if k not in drop}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         from . import _compat
         self.__dict__.update(_compat.searcher_state(state))
-        self.live, self.study_now, self.shadows, self.pending = {}, None, None, {}
+        self.live, self.study_now, self.shadows, self.pending, self.models = {}, None, None, {}, {}
         self.__dict__.setdefault("storage_now", None)
         self.__dict__.setdefault("model_rungs", ())   # snapshots written before the rung model
         self.__dict__.setdefault("seed", None)
         self.__dict__.setdefault("rung_sampler", "tpe")
+        self.__dict__.setdefault("proposals", 0)
 
     def save(self, checkpoint_path: str) -> None:
         with open(checkpoint_path, "wb") as f:

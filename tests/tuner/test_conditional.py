@@ -141,3 +141,12 @@ def test_the_searcher_snapshot_pickles_and_restores_the_space(tmp_path):
     cfg = restored.suggest("t3")
     assert {"optimizer", "lr"} <= set(cfg) and len(restored.study.trials) == 4
     assert pickle.loads(pickle.dumps(SearchSpace(exp.search))).search == SearchSpace(exp.search).search
+
+
+def test_a_space_with_branches_keeps_tpe_in_its_rung_model_and_one_without_takes_turns_with_a_gp():
+    from tuner.searcher import RUNG_SAMPLER, make_searcher
+    exp = parse(COND)
+    budget = exp.budget.model_copy(update={"num_samples": 30})
+    assert make_searcher(exp.search, "val_acc", "max", 0, budget).rung_sampler == "tpe"
+    flat = {k: e for k, e in exp.search.items() if not e.branches}
+    assert RUNG_SAMPLER == "mix" and make_searcher(flat, "val_acc", "max", 0, budget).rung_sampler == "mix"

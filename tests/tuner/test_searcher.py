@@ -333,3 +333,18 @@ def test_the_gp_rung_model_repeats_its_proposals_given_the_seed():
         return out
     first = proposals(0)
     assert first == proposals(0) and first[10:] != proposals(1)[10:]
+
+
+def test_mix_takes_the_rung_models_proposals_from_the_gp_and_tpe_in_turn():
+    import optuna
+    s = FidelitySearcher(space=LR, metric="val_acc", mode="max", sampler=tpe_sampler(0), max_epochs=3,
+                         model_rungs=(1, 3), seed=0, rung_sampler="mix")
+    for i in range(10):
+        c = s.suggest(f"t{i}")
+        s.on_trial_complete(f"t{i}", {"epoch": 1, "status": "ok", "val_acc": -abs(math.log10(c["lr"]) + 2)})
+    used = []
+    for tid in "abcd":
+        s.suggest(tid)
+        used.append(type(s.shadow(1).sampler))
+    assert used == [optuna.samplers.GPSampler, optuna.samplers.TPESampler] * 2
+    assert set(s.pending) == set("abcd")   # TPE's proposals pend too (the GP's next ones see them)
