@@ -97,10 +97,10 @@ def make_searcher(search: dict, metric: str | list[str], mode: str | list[str], 
                   warm: bool = False, rung_model: bool | None = None,
                   rung_sampler: str | None = None) -> FidelitySearcher:
     """The searcher of a run over the experiment's (define-by-run) space; `sampler`, `rungs`,
-    `rung_model` and `rung_sampler` are what the benchmarks vary (default: default_sampler, no rung bookkeeping,
-    and the rung model wherever TPE proposes: measured ahead of TPE over the study alone on
-    digits and MF-Hartmann, level on Hartmann-6, BENCHMARKS.md; a Sobol search keeps its
-    sequence)."""
+    `rung_model` and `rung_sampler` are what the benchmarks vary (default: default_sampler, no
+    rung bookkeeping, and the rung model wherever TPE proposes: measured ahead of TPE over the
+    study alone on digits and MF-Hartmann, level on Hartmann-6, BENCHMARKS.md; a Sobol search
+    keeps its sequence; the rung model's sampler RUNG_SAMPLER, or TPE for a space with branches)."""
     if rung_model is None:
         rung_model = sampler is None and (warm or budget.num_samples >= GUIDED_FROM)
     if rung_sampler is None:
@@ -218,7 +218,7 @@ class FidelitySearcher(SlotSearcher):
         self.pending: dict[str, tuple[int, int]] = {}   # trial -> (rung, its proposal's number there)
         self.models: dict[int, tuple[Any, Any]] = {}    # rung -> (its TPE, its GP)
         self.proposals = 0
-        # model_rungs: propose from a TPE model of the values at the highest of these epochs
+        # model_rungs: propose from a model of the values at the highest of these epochs
         # where enough trials have reported (each trial counts at every rung it reached, paused
         # and running ones included), as BOHB models its highest budget with enough points.
         self.model_rungs, self.seed = tuple(model_rungs), seed
@@ -366,8 +366,8 @@ class FidelitySearcher(SlotSearcher):
         return max(TPE_STARTUP, len(self.space.search) + 2 if self.space else 0)
 
     def rung_proposal(self, trial_id: str | None = None) -> dict[str, Any] | None:
-        """Settings drawn by TPE over the highest model rung with enough points (None: no rung
-        has them yet, or no rung model)."""
+        """Settings drawn from a model (TPE or a GP, as `rung_sampler` says) of the values at the
+        highest model rung with enough points (None: no rung has them yet, or no rung model)."""
         if not self.model_rungs or isinstance(self.metric, list) or self.space is None:
             return None
         if self.shadows is None:   # built once from the study (a new or a restored searcher)
