@@ -80,7 +80,7 @@ def test_peers_curves_from_their_own_environment_are_merged_paired_by_seed(tmp_p
     flat = {b: [[1.0] * sf.GRID for _ in range(2)] for b in benches}
     (tmp_path / "p.json").write_text(json.dumps({"units": units, "grid": sf.GRID, "curves": {"never": flat}}))
     r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "search_frontier.py"), "--smoke", "--methods",
-                        "ours_stopping,ours_promotion_rm", "--benchmarks", ",".join(benches), "--peers",
+                        f"ours_stopping,{sf.OURS}", "--benchmarks", ",".join(benches), "--peers",
                         str(tmp_path / "p.json")],
                        capture_output=True, text=True, timeout=170, cwd=ROOT, check=False)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -88,7 +88,7 @@ def test_peers_curves_from_their_own_environment_are_merged_paired_by_seed(tmp_p
     assert bench["peers_run"] == ["never"] and "never (h6_bias 2, h6_good 2 seeds)" in r.stdout
     for b in benches:
         row = bench["table"][b]["never"]
-        assert row["area"][0] == 1.0 and row["seeds"] == 2 and row["area_ratio_ours_promotion_rm_over_this"][2] < 1
+        assert row["area"][0] == 1.0 and row["seeds"] == 2 and row[f"area_ratio_{sf.OURS}_over_this"][2] < 1
     assert bench["ours_significantly_ahead_on"]["never"] == list(benches)
     assert bench["met"] is False   # three benchmarks were not run
     (tmp_path / "q.json").write_text(json.dumps({"units": {"h6_bias": 1.0}, "grid": sf.GRID, "curves": {"never": flat}}))
