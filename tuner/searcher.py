@@ -357,7 +357,8 @@ class FidelitySearcher(SlotSearcher):
             self.shadows[rung] = optuna.create_study(
                 direction="minimize" if self.mode == "min" else "maximize",
                 sampler=tpe_sampler(seed, n_startup_trials=n))
-            self.models[rung] = (self.shadows[rung].sampler, gp_sampler(seed, n))
+            gp = gp_sampler(seed, n) if self.rung_sampler != "tpe" else None   # built only where used
+            self.models[rung] = (self.shadows[rung].sampler, gp)
         return self.shadows[rung]
 
     def min_points(self) -> int:
