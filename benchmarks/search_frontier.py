@@ -32,13 +32,20 @@ import heapq
 import itertools
 import json
 import math
+import os
 import statistics
 import sys
 import time
 import warnings
 from pathlib import Path
 
-import numpy as np
+# Searches run one per process (--jobs for more): BLAS and OpenMP on one thread each, set before
+# numpy loads them (the searcher limits its own proposals; this covers Ray's stock pair and the
+# scoring too).  The clock is simulated, so threads change how long a run takes, not its curves.
+for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(var, "1")
+
+import numpy as np  # after the thread settings
 import optuna
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -44,20 +44,26 @@ def test_the_clock_pauses_and_promotes_and_every_epoch_costs_its_configurations_
 
 @pytest.mark.timeout(180)
 def test_frontier_smoke_run_prints_a_bench_line():
-    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "search_frontier.py"), "--smoke"],
+    """Every method on every benchmark, two seeds, a quarter of the budget.  MF-Hartmann needs
+    mf-prior-bench from .venv-peers: where it is missing (CI) the run says it skipped those two
+    benchmarks; where it is there they are left out here, so the run takes the same time on any
+    machine (test_mf_hartmann_values_are_mf_prior_bench_own covers them)."""
+    mfh = fb.mfh_available()
+    benches = [b for b in sf.BENCHMARKS if not (mfh and b.startswith("mfh"))]
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "search_frontier.py"), "--smoke",
+                        "--benchmarks", ",".join(benches)],
                        capture_output=True, text=True, timeout=170, cwd=ROOT, check=False)
     assert r.returncode == 0, r.stderr[-3000:]
     bench = json.loads(r.stdout.strip().splitlines()[-1].removeprefix("BENCH "))
-    # mf-prior-bench lives in .venv-peers, which CI does not make: its two benchmarks say so.
-    skipped = "skipped mfh6_good, mfh6_bad: mf-prior-bench is not installed" in r.stdout
-    assert set(bench["table"]) == set(sf.BENCHMARKS) - ({"mfh6_good", "mfh6_bad"} if skipped else set())
-    if skipped:
-        assert bench["met"] is False   # met is judged on every benchmark
+    ran = {b for b in benches if not b.startswith("mfh")}
+    assert set(bench["table"]) == ran
+    assert ("skipped mfh6_good, mfh6_bad: mf-prior-bench is not installed" in r.stdout) is not mfh
+    assert bench["met"] is False   # met is judged on every benchmark, and two were not run
     assert bench["warm_start"]["seeds"] == 2
     for rows in bench["table"].values():
         assert set(rows) == set(sf.DEFAULT_METHODS)
         assert all(0 <= row["area"][0] <= 1 for row in rows.values())
-    assert isinstance(bench["met"], bool) and isinstance(bench["promotion_ahead_of_stopping"], bool)
+    assert isinstance(bench["promotion_ahead_of_stopping"], bool)
 
 
 @pytest.mark.timeout(120)

@@ -348,3 +348,28 @@ def test_mix_takes_the_rung_models_proposals_from_the_gp_and_tpe_in_turn():
         used.append(type(s.shadow(1).sampler))
     assert used == [optuna.samplers.GPSampler, optuna.samplers.TPESampler] * 2
     assert set(s.pending) == set("abcd")   # TPE's proposals pend too (the GP's next ones see them)
+
+
+def test_proposals_run_blas_and_torch_on_one_thread_and_leave_the_process_settings_as_they_were(monkeypatch):
+    """The searcher proposes (TPE and the GP) with BLAS, OpenMP and torch on one thread: its
+    matrices are small, and the driver's machine is the trials'.  The settings come back after."""
+    import optuna
+    import torch
+    from threadpoolctl import threadpool_info
+    torch.set_num_threads(2)
+    seen = []
+    real_ask = optuna.Study.ask
+
+    def ask(study, *a, **k):
+        seen.append((torch.get_num_threads(), {p["internal_api"]: p["num_threads"] for p in threadpool_info()}))
+        return real_ask(study, *a, **k)
+    monkeypatch.setattr(optuna.Study, "ask", ask)
+    before = {p["internal_api"]: p["num_threads"] for p in threadpool_info()}
+    s = FidelitySearcher(space=LR, metric="val_acc", mode="max", sampler=tpe_sampler(0), max_epochs=3,
+                         model_rungs=(1, 3), seed=0, rung_sampler="mix")
+    for i in range(12):   # the last two draw from the rung model: its ask and the study's
+        c = s.suggest(f"t{i}")
+        s.on_trial_complete(f"t{i}", {"epoch": 1, "status": "ok", "val_acc": -abs(math.log10(c["lr"]) + 2)})
+    assert len(seen) == 14 and all(threads == 1 and set(libs.values()) == {1} for threads, libs in seen), seen
+    assert torch.get_num_threads() == 2
+    assert {p["internal_api"]: p["num_threads"] for p in threadpool_info()} == before
