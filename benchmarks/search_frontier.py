@@ -312,7 +312,11 @@ def main() -> None:
                     help="seeds of the warm-start measurement on digits (default: as many as --seeds; 0: skip)")
     ap.add_argument("--plot", default=None, help="write the regret curves as a PNG here")
     ap.add_argument("--peers", nargs="*", default=[],
-                    help="JSON written by frontier_peers.py (Syne Tune, DEHB) in their own environment")
+                    help="JSON written by frontier_peers.py (Syne Tune, DEHB) in their own environment, or by "
+                         "--save: a method of ours found there with enough seeds is read, not run again")
+    ap.add_argument("--save", default=None,
+                    help="write the curves of the methods run here, in --peers' format (runs split by benchmark "
+                         "or over machines, then joined by one run that reads them all)")
     args = ap.parse_args()
     seeds = list(range(2 if args.smoke else 10 if args.quick else args.seeds))
     share = 0.25 if args.smoke else 1.0
@@ -340,23 +344,31 @@ def main() -> None:
         for w, by_bench in got["curves"].items():
             for b, c in by_bench.items():
                 peers.setdefault(w, {})[b] = peers.get(w, {}).get(b, []) + c
-    all_methods = ours + [w for w in peers if w not in ours]
+    saved = {w: peers.pop(w) for w in list(peers) if w in ours}   # ours, from an earlier --save
+    all_methods = ours + list(peers)
     print("peers from their own libraries: " + (", ".join(
         f"{w} ({', '.join(f'{b} {len(c)}' for b, c in peers[w].items())} seeds)" for w in peers)
         or "none (see frontier_peers.py)"))
+    ran: dict[str, dict[str, list]] = {}   # curves of the methods run here, for --save
     import multiprocessing as mp
     pool = mp.get_context("spawn").Pool(args.jobs) if args.jobs > 1 else None
     for bench in benches:
         units = units_of[bench]
         methods = ours + [w for w in peers if peers[w].get(bench) and w not in ours]
-        grids = {w: [] for w in methods}
-        jobs = [(w, bench, seed, units) for seed in seeds for w in ours]
+        grids: dict[str, list] = {w: [] for w in methods}
+        here = [w for w in ours if len(saved.get(w, {}).get(bench, [])) < len(seeds)]
+        for w in set(ours) - set(here):
+            grids[w] = [np.asarray(c) for c in saved[w][bench][:len(seeds)]]
+            print(f"{bench}: {w} read from --peers ({len(grids[w])} seeds)")
+        jobs = [(w, bench, seed, units) for seed in seeds for w in here]
         done = pool.imap(one_run, jobs) if pool else map(one_run, jobs)
-        for seed in seeds:
-            for w in ours:
+        for seed in seeds if here else ():
+            for w in here:
                 grids[w].append(next(done))
-            print(f"{bench} seed {seed}: " + ", ".join(f"{w} {grids[w][-1][-1]:.4f}" for w in ours)
+            print(f"{bench} seed {seed}: " + ", ".join(f"{w} {grids[w][-1][-1]:.4f}" for w in here)
                   + f"  [{time.monotonic() - t0:.0f} s]", flush=True)
+        for w in here:
+            ran.setdefault(w, {})[bench] = [g.tolist() for g in grids[w]]
         for w, by_bench in peers.items():   # their seeds 0..n-1, paired with ours of the same number
             if by_bench.get(bench):
                 grids[w] = [np.asarray(c) for c in by_bench[bench]]
@@ -392,6 +404,10 @@ def main() -> None:
                 if k.startswith("area_ratio"):
                     print(f"  {k.replace('_over_this', '')} / {w}: {v[0]:.3f} [{v[1]:.3f}, {v[2]:.3f}]")
         print()
+    if args.save:
+        Path(args.save).write_text(json.dumps({"units": {b: units_of[b] for b in benches}, "grid": GRID,
+                                               "curves": ran}))
+        print(f"curves of {', '.join(ran) or 'nothing'} written to {args.save}")
     if args.plot:
         import matplotlib
         matplotlib.use("Agg")

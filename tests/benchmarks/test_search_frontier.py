@@ -151,3 +151,22 @@ def test_warm_start_measurement_pairs_a_warm_and_a_cold_search_by_seed():
     assert got["seeds"] == 2 and len(got["area_warm_minus_cold"]) == 3
     assert 0 <= got["area_warm"][0] <= 1 and 0 <= got["area_cold"][0] <= 1
     assert got["area_warm"][0] != got["area_cold"][0]
+
+
+@pytest.mark.timeout(180)
+def test_curves_saved_by_one_run_are_read_back_by_the_next_instead_of_run_again(tmp_path):
+    """--save writes the curves of the methods run; a run given that file reads them (the table is
+    the same, nothing of ours is run again), so a long run can be split by benchmark and joined."""
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "search_frontier.py"), "--smoke", "--benchmarks", "h6_bias",
+           "--methods", f"ours_stopping,{sf.OURS}"]
+    first = subprocess.run([*cmd, "--save", str(tmp_path / "ours.json")], capture_output=True, text=True,
+                           timeout=170, cwd=ROOT, check=False)
+    assert first.returncode == 0, first.stderr[-3000:]
+    saved = json.loads((tmp_path / "ours.json").read_text())
+    assert set(saved["curves"]) == {"ours_stopping", sf.OURS} and len(saved["curves"][sf.OURS]["h6_bias"]) == 2
+    again = subprocess.run([*cmd, "--peers", str(tmp_path / "ours.json")], capture_output=True, text=True,
+                           timeout=170, cwd=ROOT, check=False)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"h6_bias: {sf.OURS} read from --peers (2 seeds)" in again.stdout and "h6_bias seed 0" not in again.stdout
+    table = lambda r: json.loads(r.stdout.strip().splitlines()[-1].removeprefix("BENCH "))["table"]["h6_bias"]
+    assert table(again) == table(first) and json.loads(again.stdout.strip().splitlines()[-1][6:])["peers_run"] == []
