@@ -354,7 +354,7 @@ def main() -> None:
     pool = mp.get_context("spawn").Pool(args.jobs) if args.jobs > 1 else None
     for bench in benches:
         units = units_of[bench]
-        methods = ours + [w for w in peers if peers[w].get(bench) and w not in ours]
+        methods = ours + [w for w in peers if peers[w].get(bench)]   # ours' saved curves left peers above
         grids: dict[str, list] = {w: [] for w in methods}
         here = [w for w in ours if len(saved.get(w, {}).get(bench, [])) < len(seeds)]
         for w in set(ours) - set(here):

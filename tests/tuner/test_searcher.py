@@ -356,6 +356,7 @@ def test_proposals_run_blas_and_torch_on_one_thread_and_leave_the_process_settin
     import optuna
     import torch
     from threadpoolctl import threadpool_info
+    start = torch.get_num_threads()
     torch.set_num_threads(2)
     seen = []
     real_ask = optuna.Study.ask
@@ -373,3 +374,4 @@ def test_proposals_run_blas_and_torch_on_one_thread_and_leave_the_process_settin
     assert len(seen) == 14 and all(threads == 1 and set(libs.values()) == {1} for threads, libs in seen), seen
     assert torch.get_num_threads() == 2
     assert {p["internal_api"]: p["num_threads"] for p in threadpool_info()} == before
+    torch.set_num_threads(start)   # the rest of the suite keeps the process's own setting
