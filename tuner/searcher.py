@@ -89,7 +89,7 @@ def gp_sampler(seed: int | None, n_startup_trials: int) -> optuna.samplers.GPSam
 def one_thread() -> Iterator[None]:
     """BLAS, OpenMP and torch on one thread while the searcher proposes: TPE's and the GP's
     matrices are a few hundred rows, which more threads only slow down (the frontier benchmark's
-    smoke run on 2 cores: 52 s with two threads, 36-38 s with one), and the driver shares its
+    smoke run on 2 cores: 52 s with two threads, 36-39 s with one), and the driver shares its
     machine with the trials.  The process's settings are restored after."""
     import torch
     before = torch.get_num_threads()
