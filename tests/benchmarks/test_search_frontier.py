@@ -170,3 +170,14 @@ def test_curves_saved_by_one_run_are_read_back_by_the_next_instead_of_run_again(
     assert f"h6_bias: {sf.OURS} read from --peers (2 seeds)" in again.stdout and "h6_bias seed 0" not in again.stdout
     line = lambda r: json.loads(r.stdout.strip().splitlines()[-1].removeprefix("BENCH "))
     assert line(again)["table"]["h6_bias"] == line(first)["table"]["h6_bias"] and line(again)["peers_run"] == []
+    # A piece of a split run: seeds from --first-seed on, the default left out (it saves for a join).
+    part = subprocess.run([*cmd[:-1], "ours_stopping", "--first-seed", "1", "--save", str(tmp_path / "part.json")],
+                          capture_output=True, text=True, timeout=170, cwd=ROOT, check=False)
+    assert part.returncode == 0, part.stderr[-3000:]
+    assert "h6_bias seed 1:" in part.stdout and "h6_bias seed 0:" not in part.stdout
+    piece = json.loads((tmp_path / "part.json").read_text())["curves"]["ours_stopping"]["h6_bias"]
+    assert piece[0] == saved["curves"]["ours_stopping"]["h6_bias"][1]   # seed 1 is seed 1 wherever it runs
+    assert line(part)["met"] is False
+    alone = subprocess.run([*cmd[:-1], "ours_stopping"], capture_output=True, text=True, timeout=60, cwd=ROOT,
+                           check=False)
+    assert alone.returncode == 2 and f"{sf.OURS}, is the one judged" in alone.stderr
