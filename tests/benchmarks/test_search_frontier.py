@@ -64,6 +64,11 @@ def test_frontier_smoke_run_prints_a_bench_line():
         assert set(rows) == set(sf.DEFAULT_METHODS)
         assert all(0 <= row["area"][0] <= 1 for row in rows.values())
     assert isinstance(bench["promotion_ahead_of_stopping"], bool)
+    # The modes are compared under the default's own searcher, on every benchmark run.
+    assert bench["modes_compared"] == [sf.OURS.replace("promotion", "stopping"), sf.OURS] == list(sf.MODES)
+    assert set(bench["promotion_over_stopping"]) == ran
+    for b, (mid, lo, hi) in bench["promotion_over_stopping"].items():
+        assert lo <= mid <= hi and mid == bench["table"][b][sf.MODES[0]][f"area_ratio_{sf.OURS}_over_this"][0]
 
 
 @pytest.mark.timeout(120)
