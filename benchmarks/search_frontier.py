@@ -60,6 +60,9 @@ from tuner.tuning import asha
 
 WORKERS, BENCHMARKS = fb.WORKERS, fb.BENCHMARKS
 TARGET_REGRET = 0.05
+# Fewer paired seeds than this and a ratio's bootstrap interval is too narrow to mean anything (one
+# seed: a point): such a method is shown but neither side counts as significantly ahead.
+MIN_SEEDS_JUDGED = 10
 GRID = 200   # points of the regret curve
 # Ours: ours_{stopping|promotion}[_rm|_gp|_mix]: the ASHA kind, then the rung model's sampler (rm:
 # TPE, gp: a Gaussian process, mix: the two in turn; none: no rung model, TPE over the study).
@@ -410,7 +413,8 @@ def main() -> None:
         for w in methods:
             for k, v in rows[w].items():
                 if k.startswith("area_ratio"):
-                    print(f"  {k.replace('_over_this', '')} / {w}: {v[0]:.3f} [{v[1]:.3f}, {v[2]:.3f}]")
+                    few = f"  ({rows[w]['seeds']} seeds: not judged)" if rows[w]["seeds"] < MIN_SEEDS_JUDGED else ""
+                    print(f"  {k.replace('_over_this', '')} / {w}: {v[0]:.3f} [{v[1]:.3f}, {v[2]:.3f}]{few}")
         print()
     if args.save:
         Path(args.save).write_text(json.dumps({"units": {b: units_of[b] for b in benches}, "grid": GRID,
@@ -447,8 +451,11 @@ def main() -> None:
     promotion_ahead = (all(v is not None and v[1] <= 1 for v in mode_ratio.values())
                        and any(v is not None and v[2] < 1 for v in mode_ratio.values()))
     others = [w for w in all_methods if not w.startswith("ours")]
-    ratio = {b: {w: table[b][w][f"area_ratio_{OURS}_over_this"] for w in others
-                 if f"area_ratio_{OURS}_over_this" in table[b].get(w, {})} for b in benches}
+    judged = {b: [w for w in others if f"area_ratio_{OURS}_over_this" in table[b].get(w, {})] for b in benches}
+    too_few = {b: [w for w in judged[b] if min(table[b][w]["seeds"], table[b][OURS]["seeds"]) < MIN_SEEDS_JUDGED]
+               for b in benches}
+    ratio = {b: {w: table[b][w][f"area_ratio_{OURS}_over_this"] for w in judged[b] if w not in too_few[b]}
+             for b in benches}
     beaten = {b: [w for w in ratio[b] if ratio[b][w][1] > 1] for b in benches}      # peer significantly ahead
     ahead = {w: [b for b in benches if w in ratio[b] and ratio[b][w][2] < 1] for w in others}   # ours ahead
     need = 2
@@ -464,6 +471,7 @@ def main() -> None:
                                  "target": "no peer's area significantly below ours (default mode) on any "
                                            f"benchmark, ours significantly below each peer's on {need} of them",
                                  "warm_start": warm, "peers_significantly_ahead": beaten, "ours_significantly_ahead_on": ahead,
+                                 "too_few_seeds_to_judge": too_few, "min_seeds_judged": MIN_SEEDS_JUDGED,
                                  "peers_run": sorted(peers), "met": met}))
 
 

@@ -175,6 +175,16 @@ def test_curves_saved_by_one_run_are_read_back_by_the_next_instead_of_run_again(
     assert f"h6_bias: {sf.OURS} read from --peers (2 seeds)" in again.stdout and "h6_bias seed 0" not in again.stdout
     line = lambda r: json.loads(r.stdout.strip().splitlines()[-1].removeprefix("BENCH "))
     assert line(again)["table"]["h6_bias"] == line(first)["table"]["h6_bias"] and line(again)["peers_run"] == []
+    # A peer with one seed (a point, not an interval) is shown but not judged either way.
+    worst = {"units": saved["units"], "grid": saved["grid"], "curves": {"worst": {"h6_bias": [[1.0] * saved["grid"]]}}}
+    (tmp_path / "worst.json").write_text(json.dumps(worst))
+    judged = subprocess.run([*cmd, "--peers", str(tmp_path / "ours.json"), str(tmp_path / "worst.json")],
+                            capture_output=True, text=True, timeout=170, cwd=ROOT, check=False)
+    assert judged.returncode == 0, judged.stderr[-3000:]
+    verdict = line(judged)
+    assert verdict["table"]["h6_bias"]["worst"][f"area_ratio_{sf.OURS}_over_this"][2] < 1   # a point below 1
+    assert verdict["too_few_seeds_to_judge"]["h6_bias"] == ["worst"] and verdict["ours_significantly_ahead_on"]["worst"] == []
+    assert "(1 seeds: not judged)" in judged.stdout
     # A piece of a split run: seeds from --first-seed on, the default left out (it saves for a join).
     part = subprocess.run([*cmd[:-1], "ours_stopping", "--first-seed", "1", "--save", str(tmp_path / "part.json")],
                           capture_output=True, text=True, timeout=170, cwd=ROOT, check=False)
