@@ -5,7 +5,8 @@
 
 Syne Tune 0.13.0's promotion-type ASHA, asynchronous BOHB, MOBSTER and Hyper-Tune run on its own
 simulated backend (UserBlackboxBackend with a Blackbox of frontier_bench.py's objective: a paused
-trial resumes where it stopped, time is the cumulative cost of its epochs); DEHB 0.1.2 through its
+trial resumes where it stopped, time is the cumulative cost of its epochs; the real seconds its
+scheduler spends deciding are not added to that clock, as ours are not to ours); DEHB 0.1.2 through its
 ask/tell interface on a clock with the same workers (each job trains from scratch to its
 fidelity, as DEHB assumes).  The space is the unit cube, which is what tuner's search space maps
 to (log ranges are uniform there; a choice of n values is n equal bins).  Budgets, benchmarks,
