@@ -320,6 +320,8 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=1, help="processes that run searches side by side")
     ap.add_argument("--warm-seeds", type=int, default=None,
                     help="seeds of the warm-start measurement on digits (default: as many as --seeds; 0: skip)")
+    ap.add_argument("--min-seeds-judged", type=int, default=MIN_SEEDS_JUDGED,
+                    help="a method with fewer paired seeds is shown, not judged (default %(default)s)")
     ap.add_argument("--plot", default=None, help="write the regret curves as a PNG here")
     ap.add_argument("--peers", nargs="*", default=[],
                     help="JSON written by frontier_peers.py (Syne Tune, DEHB) in their own environment, or by "
@@ -413,7 +415,7 @@ def main() -> None:
         for w in methods:
             for k, v in rows[w].items():
                 if k.startswith("area_ratio"):
-                    few = f"  ({rows[w]['seeds']} seeds: not judged)" if rows[w]["seeds"] < MIN_SEEDS_JUDGED else ""
+                    few = f"  ({rows[w]['seeds']} seeds: not judged)" if rows[w]["seeds"] < args.min_seeds_judged else ""
                     print(f"  {k.replace('_over_this', '')} / {w}: {v[0]:.3f} [{v[1]:.3f}, {v[2]:.3f}]{few}")
         print()
     if args.save:
@@ -452,7 +454,7 @@ def main() -> None:
                        and any(v is not None and v[2] < 1 for v in mode_ratio.values()))
     others = [w for w in all_methods if not w.startswith("ours")]
     judged = {b: [w for w in others if f"area_ratio_{OURS}_over_this" in table[b].get(w, {})] for b in benches}
-    too_few = {b: [w for w in judged[b] if min(table[b][w]["seeds"], table[b][OURS]["seeds"]) < MIN_SEEDS_JUDGED]
+    too_few = {b: [w for w in judged[b] if min(table[b][w]["seeds"], table[b][OURS]["seeds"]) < args.min_seeds_judged]
                for b in benches}
     ratio = {b: {w: table[b][w][f"area_ratio_{OURS}_over_this"] for w in judged[b] if w not in too_few[b]}
              for b in benches}
@@ -471,7 +473,7 @@ def main() -> None:
                                  "target": "no peer's area significantly below ours (default mode) on any "
                                            f"benchmark, ours significantly below each peer's on {need} of them",
                                  "warm_start": warm, "peers_significantly_ahead": beaten, "ours_significantly_ahead_on": ahead,
-                                 "too_few_seeds_to_judge": too_few, "min_seeds_judged": MIN_SEEDS_JUDGED,
+                                 "too_few_seeds_to_judge": too_few, "min_seeds_judged": args.min_seeds_judged,
                                  "peers_run": sorted(peers), "met": met}))
 
 

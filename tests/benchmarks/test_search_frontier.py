@@ -92,7 +92,7 @@ def test_peers_curves_from_their_own_environment_are_merged_paired_by_seed(tmp_p
     (tmp_path / "p.json").write_text(json.dumps({"units": units, "grid": sf.GRID, "curves": {"never": flat}}))
     r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "search_frontier.py"), "--smoke", "--methods",
                         f"ours_stopping,{sf.OURS}", "--benchmarks", ",".join(benches), "--peers",
-                        str(tmp_path / "p.json")],
+                        str(tmp_path / "p.json"), "--min-seeds-judged", "2"],   # judged at --smoke's two seeds
                        capture_output=True, text=True, timeout=170, cwd=ROOT, check=False)
     assert r.returncode == 0, r.stderr[-3000:]
     bench = json.loads(r.stdout.strip().splitlines()[-1].removeprefix("BENCH "))
