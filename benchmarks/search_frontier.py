@@ -411,7 +411,7 @@ def main() -> None:
             r = rows[w]
             a, f = r["area"], r["final"]
             print(f"{w:18s} {a[0]:.4f} [{a[1]:.4f}, {a[2]:.4f}]    {f[0]:.4f} [{f[1]:.4f}, {f[2]:.4f}]    "
-                  f"{r['reached_target']}/{len(seeds)} (median t {r['median_time_to_target']:.0f})")
+                  f"{r['reached_target']}/{r['seeds']} (median t {r['median_time_to_target']:.0f})")
         for w in methods:
             for k, v in rows[w].items():
                 if k.startswith("area_ratio"):
