@@ -70,11 +70,11 @@ RUNG = {"rm": "tpe", "gp": "gp", "mix": "mix"}
 # The shipped default is the one judged: its ASHA kind, with the rung model (make_searcher's
 # default wherever TPE proposes, as it does at this budget's num_samples) and its sampler for a
 # space without branches (all five benchmarks').
-OURS = f"ours_{Budget.model_fields['asha'].default}_{next(k for k, v in RUNG.items() if v == RUNG_SAMPLER)}"
+DEFAULT_RUNG = next(k for k, v in RUNG.items() if v == RUNG_SAMPLER)
+OURS = f"ours_{Budget.model_fields['asha'].default}_{DEFAULT_RUNG}"
 # The two ASHA modes under the default's searcher (rung model and sampler): the pair that decides
 # which mode ships (promotion_ahead_of_stopping).
-MODES = tuple(f"ours_{mode}{OURS.removeprefix('ours_' + Budget.model_fields['asha'].default)}"
-              for mode in ("stopping", "promotion"))
+MODES = tuple(f"ours_{mode}_{DEFAULT_RUNG}" for mode in ("stopping", "promotion"))
 DEFAULT_METHODS = METHODS = tuple(dict.fromkeys(("ours_stopping", "ours_promotion", "ours_promotion_rm", *MODES, OURS,
                                                  "ray_optuna_asha", "random_asha")))
 
