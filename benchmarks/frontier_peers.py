@@ -201,7 +201,8 @@ def main() -> None:
     os.environ.setdefault("SYNETUNE_FOLDER", tempfile.mkdtemp(prefix="syne-"))
     SHARE = args.share
     benches = args.benchmarks.split(",")
-    out: dict = {"units": {b: fb.budget(b) * SHARE for b in benches}, "grid": GRID, "curves": {}, "seconds": {}}
+    out: dict = {"units": {b: fb.budget(b) * SHARE for b in benches}, "grid": GRID, "curves": {}, "seeds": {},
+                 "seconds": {}}
     t0 = time.monotonic()
     for method in args.methods.split(","):
         for bench in benches:
@@ -209,6 +210,7 @@ def main() -> None:
             curves = [on_grid(dehb_run(bench, s) if method == "dehb" else syne_run(method, bench, s),
                               out["units"][bench]) for s in seeds_of(args.seeds)]
             out["curves"].setdefault(method, {})[bench] = curves
+            out["seeds"].setdefault(method, {})[bench] = list(seeds_of(args.seeds))   # the join pairs by these
             out["seconds"].setdefault(method, {})[bench] = round(time.monotonic() - t, 1)
             print(f"{method} {bench}: final regret {np.mean([c[-1] for c in curves]):.4f} over {len(curves)} seeds "
                   f"({time.monotonic() - t:.0f} s) [{time.monotonic() - t0:.0f} s]", flush=True)

@@ -349,6 +349,7 @@ def main() -> None:
     curves: dict[str, dict[str, np.ndarray]] = {}
     ours = list(methods)
     peers: dict[str, dict[str, list]] = {}
+    numbered: dict[str, dict[str, list]] = {}   # (seed number or None, curve) per method and benchmark
     for path in args.peers:
         got = json.loads(Path(path).read_text())
         for b, u in got["units"].items():
@@ -356,7 +357,19 @@ def main() -> None:
                 ap.error(f"--peers {path}: {b} written for a budget of {u} units, this run has {units_of[b]}")
         for w, by_bench in got["curves"].items():
             for b, c in by_bench.items():
-                peers.setdefault(w, {})[b] = peers.get(w, {}).get(b, []) + c
+                numbers = got.get("seeds", {}).get(w, {}).get(b) or [None] * len(c)   # older pieces: in file order
+                numbered.setdefault(w, {}).setdefault(b, []).extend(zip(numbers, c))
+    for w, by_bench in numbered.items():   # a method's seeds 0..n-1 in order, paired with ours by number
+        for b, pairs in by_bench.items():
+            got_seeds = [n for n, _ in pairs]
+            if None not in got_seeds:
+                if sorted(got_seeds) != list(range(len(got_seeds))):
+                    missing = sorted(set(range(max(got_seeds) + 1)) - set(got_seeds))
+                    ap.error(f"--peers: {w} on {b} has seeds {sorted(got_seeds)}: "
+                             + (f"seed {missing[0]} is missing" if missing else "a seed is given twice")
+                             + "; the curves are paired with ours by seed number, so give each of 0..n-1 once")
+                pairs = sorted(pairs, key=lambda p: p[0])
+            peers.setdefault(w, {})[b] = [c for _, c in pairs]
     saved = {w: peers.pop(w) for w in list(peers) if w in ours}   # ours, from an earlier --save
     all_methods = ours + list(peers)
     print("peers from their own libraries: " + (", ".join(
@@ -420,7 +433,7 @@ def main() -> None:
         print()
     if args.save:
         Path(args.save).write_text(json.dumps({"units": {b: units_of[b] for b in benches}, "grid": GRID,
-                                               "curves": ran}))
+                                               "curves": ran, "seeds": {w: {b: seeds for b in by} for w, by in ran.items()}}))
         print(f"curves of {', '.join(ran) or 'nothing'} written to {args.save}")
     if args.plot:
         import matplotlib

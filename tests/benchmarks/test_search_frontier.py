@@ -107,6 +107,15 @@ def test_peers_curves_from_their_own_environment_are_merged_paired_by_seed(tmp_p
                           "h6_bias", "--peers", str(tmp_path / "q.json")],
                          capture_output=True, text=True, timeout=60, cwd=ROOT, check=False)
     assert bad.returncode == 2 and "h6_bias written for a budget of 1.0 units" in bad.stderr
+    # Pieces name their seeds; a gap would pair every later curve with the wrong seed of ours.
+    for n, seeds in (("s0.json", [0]), ("s2.json", [2])):
+        (tmp_path / n).write_text(json.dumps({"units": {"h6_bias": units["h6_bias"]}, "grid": sf.GRID,
+                                              "curves": {"never": {"h6_bias": flat["h6_bias"][:1]}},
+                                              "seeds": {"never": {"h6_bias": seeds}}}))
+    gap = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "search_frontier.py"), "--smoke", "--benchmarks",
+                          "h6_bias", "--peers", str(tmp_path / "s2.json"), str(tmp_path / "s0.json")],
+                         capture_output=True, text=True, timeout=60, cwd=ROOT, check=False)
+    assert gap.returncode == 2 and "never on h6_bias has seeds [0, 2]: seed 1 is missing" in gap.stderr, gap.stderr
 
 
 def test_the_digits_table_answers_each_of_its_configurations_with_its_own_row():
