@@ -203,14 +203,15 @@ def main() -> None:
     benches = args.benchmarks.split(",")
     out: dict = {"units": {b: fb.budget(b) * SHARE for b in benches}, "grid": GRID, "curves": {}, "seeds": {},
                  "seconds": {}}
+    seeds = list(seeds_of(args.seeds))
     t0 = time.monotonic()
     for method in args.methods.split(","):
         for bench in benches:
             t = time.monotonic()
             curves = [on_grid(dehb_run(bench, s) if method == "dehb" else syne_run(method, bench, s),
-                              out["units"][bench]) for s in seeds_of(args.seeds)]
+                              out["units"][bench]) for s in seeds]
             out["curves"].setdefault(method, {})[bench] = curves
-            out["seeds"].setdefault(method, {})[bench] = list(seeds_of(args.seeds))   # the join pairs by these
+            out["seeds"].setdefault(method, {})[bench] = seeds   # the join pairs by these
             out["seconds"].setdefault(method, {})[bench] = round(time.monotonic() - t, 1)
             print(f"{method} {bench}: final regret {np.mean([c[-1] for c in curves]):.4f} over {len(curves)} seeds "
                   f"({time.monotonic() - t:.0f} s) [{time.monotonic() - t0:.0f} s]", flush=True)
