@@ -16,7 +16,7 @@ import pytest
 from conftest import make_bucket, s3_uri
 
 pytestmark = pytest.mark.integration
-MEASURE_S = 8    # seconds over which the CPUs each experiment holds are averaged
+MEASURE_S = 8    # seconds over which the CPUs each experiment holds are sampled
 
 SPEC = """
 name: {name}
@@ -149,6 +149,27 @@ def service(ray_address, tmp_path_factory, s3_endpoint):
         time.sleep(1)
 
 
+@pytest.fixture(autouse=True)
+def _nothing_left_running(request):
+    """What a test that failed half-way left queued or running is cancelled after it, so that the
+    next test starts on a free cluster instead of failing on this one's leftovers."""
+    yield
+    if "service" not in request.fixturenames:
+        return
+    svc = request.getfixturevalue("service")
+    recs = svc.records()
+    left = sorted((i for i, r in recs.items() if r["state"] in ("queued", "running")),
+                  key=lambda i: recs[i]["state"] == "running")   # the queued first: none of them starts
+    if not left:
+        return
+    svc.queue()   # re-creates the dispatcher, should the test have killed it
+    for i in left:
+        with contextlib.suppress(Exception):   # ended meanwhile
+            svc.cancel_now(i)
+    svc.wait(lambda: not any(r["state"] in ("queued", "running") for r in svc.records().values()),
+             "what the test left cancelled")
+
+
 def _held(job_ids: dict[str, str]) -> dict[str, float]:
     """CPUs each experiment holds now, from the cluster's placement-group table (not from the
     service): the CPUs of its driver job's created placement groups, which is where Tune reserves
@@ -184,22 +205,41 @@ def _driver_jobs(svc: Service, ids: list[str]) -> dict[str, str]:
     return {i: client.get_job_info(recs[i]["job"]).job_id for i in ids}
 
 
-def _measure(svc: Service, ids: list[str], seconds: float) -> dict[str, float]:
-    """Time-averaged CPUs each holds over `seconds`, sampled while all of them run."""
+def _running_drivers(svc: Service, ids: list[str]) -> dict[str, str]:
+    """Each experiment's driver's Ray job id, once every one of them runs."""
     def started():
         if not all(svc.records()[i]["state"] == "running" and svc.records()[i]["job"] for i in ids):
             return None
         jobs = _driver_jobs(svc, ids)   # a driver's Ray job id comes once its process has started
         return jobs if all(jobs.values()) else None
-    jobs = svc.wait(started, "every experiment's driver running")
-    svc.wait(lambda: all(v > 0 for v in _held(jobs).values()), "every experiment holding a trial")
+    return svc.wait(started, "every experiment's driver running")
+
+
+def _assert_held_its_share(svc: Service, shares: dict[str, int], what: str) -> None:
+    """Each experiment's share (trial slots of 1 CPU) is what the dispatcher gives it, and its
+    trials keep to it on the cluster, sampled over MEASURE_S once each holds no more than its
+    share (a trial started under an earlier, larger share runs to its end): the most it holds at
+    once is its share, and on average it holds at least its share less 0.75 CPU.  The average is
+    below the share by the time between one trial's end and the next one's placement group, which
+    grows with the machine's load (2.69 of 3 was seen on a loaded 2-core machine), so the peak,
+    not the average, is what tells a share of 3 from an even split of 2."""
+    jobs = _running_drivers(svc, list(shares))
+
+    def settled():
+        held = _held(jobs)
+        return {i: svc.slots(i) for i in shares} == shares and all(0 < held[i] <= n for i, n in shares.items())
+    svc.wait(settled, f"{what}: the dispatcher giving {shares} and each holding a trial, none above its share")
     samples = []
-    end = time.monotonic() + seconds
+    end = time.monotonic() + MEASURE_S
     while time.monotonic() < end:
         samples.append(_held(jobs))
         time.sleep(0.3)
-    assert all(svc.records()[i]["state"] == "running" for i in ids), "an experiment ended during the measurement"
-    return {i: sum(s[i] for s in samples) / len(samples) for i in ids}
+    assert all(svc.records()[i]["state"] == "running" for i in shares), "an experiment ended during the measurement"
+    mean = {i: round(sum(s[i] for s in samples) / len(samples), 2) for i in shares}
+    peak = {i: max(s[i] for s in samples) for i in shares}
+    print(f"CPUs held, {what}: mean {mean}, most at once {peak}, shares {shares}")
+    assert peak == pytest.approx(shares), (what, mean, peak)
+    assert all(mean[i] >= n - 0.75 for i, n in shares.items()), (what, mean, peak)
 
 
 @pytest.mark.timeout(420)
@@ -214,10 +254,8 @@ def test_shares_by_priority_a_queue_that_waits_its_turn_and_the_dispatcher_comes
     import ray
     a, b = service.submit_all(["eq-a", "eq-b"], "low")
     c = service.submit("pr-high", "high")
-    held = _measure(service, [a, b], MEASURE_S)
-    print(f"CPUs held, low + low: {held[a]:.2f} + {held[b]:.2f}")
+    _assert_held_its_share(service, {a: 2, b: 2}, "low + low")
     assert service.records()[c]["state"] == "queued"            # max_running 2: the third waits
-    assert abs(held[a] - 2) <= 0.5 and abs(held[b] - 2) <= 0.5, held
     # The dispatcher killed mid-run: the next `queue` re-creates it from the saved settings; no
     # experiment is lost or started twice (each keeps its one driver job).
     jobs_before = {i: service.records()[i]["job"] for i in (a, b)}
@@ -234,13 +272,9 @@ def test_shares_by_priority_a_queue_that_waits_its_turn_and_the_dispatcher_comes
     service.wait(lambda: service.records()[c]["state"] == "running", "the queued experiment starting", timeout=30)
     assert service.records()[a]["state"] == "cancelled"
     assert (Path(service.records()[a]["location"]) / "tuner-experiment.yaml").is_file()
-    # High and low side by side: 4:1 of the 4 CPUs, once the low one has given up its second CPU
-    # as a trial of it paused (the share never stops a running trial).
-    jobs = _driver_jobs(service, [c, b])
-    service.wait(lambda: _held(jobs)[b] <= 1, "the low-priority experiment shrinking to its share", timeout=60)
-    held = _measure(service, [c, b], MEASURE_S)
-    print(f"CPUs held, high + low: {held[c]:.2f} + {held[b]:.2f}")
-    assert abs(held[c] - 3.2) <= 0.5 and abs(held[b] - 0.8) <= 0.5, held
+    # High and low side by side: 4:1 of the 4 CPUs (3.2 : 0.8, in whole trials 3 : 1), once the low
+    # one has given up its second CPU as a trial of it paused (the share never stops a running trial).
+    _assert_held_its_share(service, {c: 3, b: 1}, "high + low")
     # While these two hold both running places: ten submits at once from separate processes get
     # ten ids and ten records, all queued behind them.
     before = set(service.records())
@@ -354,8 +388,7 @@ def test_a_run_outside_the_service_is_listed_as_unmanaged_and_its_cpus_are_not_s
         table = _cli("queue", "--address", service.address).stdout
         assert re.search(r"^job \S+ +\(unmanaged\) .* unmanaged ", table, re.MULTILINE), table
         assert "2 held outside the service" in table, table
-        held = _measure(service, [exp], MEASURE_S)
-        assert abs(held[exp] - 2) <= 0.5, held
+        _assert_held_its_share(service, {exp: 2}, "beside the outside run")
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGINT)
