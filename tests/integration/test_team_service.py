@@ -208,7 +208,8 @@ def _driver_jobs(svc: Service, ids: list[str]) -> dict[str, str]:
 def _running_drivers(svc: Service, ids: list[str]) -> dict[str, str]:
     """Each experiment's driver's Ray job id, once every one of them runs."""
     def started():
-        if not all(svc.records()[i]["state"] == "running" and svc.records()[i]["job"] for i in ids):
+        recs = svc.records()   # one read of the registry per poll
+        if not all(recs[i]["state"] == "running" and recs[i]["job"] for i in ids):
             return None
         jobs = _driver_jobs(svc, ids)   # a driver's Ray job id comes once its process has started
         return jobs if all(jobs.values()) else None
@@ -227,14 +228,16 @@ def _assert_held_its_share(svc: Service, shares: dict[str, int], what: str) -> N
 
     def settled():
         held = _held(jobs)
-        return {i: svc.slots(i) for i in shares} == shares and all(0 < held[i] <= n for i, n in shares.items())
+        slots = {e["id"]: e["slots"] for e in svc.queue_now()["experiments"]}   # one dispatcher call per poll
+        return {i: slots[i] for i in shares} == shares and all(0 < held[i] <= n for i, n in shares.items())
     svc.wait(settled, f"{what}: the dispatcher giving {shares} and each holding a trial, none above its share")
     samples = []
     end = time.monotonic() + MEASURE_S
     while time.monotonic() < end:
         samples.append(_held(jobs))
         time.sleep(0.3)
-    assert all(svc.records()[i]["state"] == "running" for i in shares), "an experiment ended during the measurement"
+    recs = svc.records()
+    assert all(recs[i]["state"] == "running" for i in shares), "an experiment ended during the measurement"
     mean = {i: round(sum(s[i] for s in samples) / len(samples), 2) for i in shares}
     peak = {i: max(s[i] for s in samples) for i in shares}
     print(f"CPUs held, {what}: mean {mean}, most at once {peak}, shares {shares}")
