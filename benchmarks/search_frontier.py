@@ -64,9 +64,11 @@ TARGET_REGRET = 0.05
 # seed: a point): such a method is shown but neither side counts as significantly ahead.
 MIN_SEEDS_JUDGED = 10
 GRID = 200   # points of the regret curve
-# Ours: ours_{stopping|promotion}[_rm|_gp|_mix]: the ASHA kind, then the rung model's sampler (rm:
-# TPE, gp: a Gaussian process, mix: the two in turn; none: no rung model, TPE over the study).
-RUNG = {"rm": "tpe", "gp": "gp", "mix": "mix"}
+# Ours: ours_{stopping|promotion}[_rm|_gp|_mix|_mixtop]: the ASHA kind, then the rung model's sampler
+# (rm: TPE, gp: a Gaussian process, mix: the two in turn, the GP on the rung below the top where
+# tuner/searcher.py's gp_rung finds it fit; mixtop: in turn, both on the top rung, the default
+# before that; none: no rung model, TPE over the study).
+RUNG = {"rm": "tpe", "gp": "gp", "mix": "mix", "mixtop": "mix"}
 # The shipped default is the one judged: its ASHA kind, with the rung model (make_searcher's
 # default wherever TPE proposes, as it does at this budget's num_samples) and its sampler for a
 # space without branches (all five benchmarks').
@@ -164,7 +166,7 @@ def method(who: str, seed: int, budget: Budget, bench: str, warm: list | None = 
     if who.startswith("ours"):   # with a rung model: proposals from the highest rung with enough points
         rung = RUNG.get(who.rsplit("_", 1)[1])
         s = make_searcher(space(bench), "value", "max", seed, budget, warm=bool(warm),
-                          rung_model=rung is not None, rung_sampler=rung or "tpe")
+                          rung_model=rung is not None, rung_sampler=rung or "tpe", gp_lower=not who.endswith("_mixtop"))
         for t in warm or []:   # as tuner/tuning.py's build_tuner seeds the study
             s.study.add_trial(t)
         s.set_max_concurrency(WORKERS)

@@ -375,3 +375,41 @@ def test_proposals_run_blas_and_torch_on_one_thread_and_leave_the_process_settin
     assert torch.get_num_threads() == 2
     assert {p["internal_api"]: p["num_threads"] for p in threadpool_info()} == before
     torch.set_num_threads(start)   # the rest of the suite keeps the process's own setting
+
+
+def test_the_gp_models_the_rung_below_the_top_while_it_has_the_points_and_orders_the_top_rungs_trials_alike():
+    """A GP proposal models the rung below the top one when that rung has at least twice the top
+    rung's points and orders the trials of the top rung as the top rung does; where the two orders
+    disagree (low epochs mislead), or the lower rung has too few points, the top rung.  TPE's turns
+    model the top rung; a restored searcher decides alike."""
+    import pickle
+
+    def searcher_with(top_value):
+        s = FidelitySearcher(space=LR, metric="val_acc", mode="max", sampler=tpe_sampler(0), max_epochs=3,
+                             model_rungs=(1, 3), seed=0, rung_sampler="mix")
+        for i in range(24):   # ten trials reach epoch 3, fourteen more stop at epoch 1
+            c = s.suggest(f"t{i}")
+            low = -abs(math.log10(c["lr"]) + 2)
+            s.on_trial_result(f"t{i}", {"epoch": 1, "status": "ok", "val_acc": low})
+            last = {"epoch": 3, "status": "ok", "val_acc": top_value(low)} if i < 10 else \
+                {"epoch": 1, "status": "ok", "val_acc": low}
+            s.on_trial_complete(f"t{i}", last)
+        return s
+
+    alike = searcher_with(lambda low: low + 0.5)
+    assert alike.agreement(1, 3) == 1.0 and alike.gp_rung(3, {1: 24, 3: 10}) == 1
+    assert alike.gp_rung(3, {1: 19, 3: 10}) == 3          # fewer than twice the top rung's points
+    turns = {}
+    for tid in "abcd":
+        alike.suggest(tid)
+        turns[tid] = (alike.pending[tid][0], type(alike.shadow(alike.pending[tid][0]).sampler).__name__)
+    assert turns == {"a": (1, "GPSampler"), "b": (3, "TPESampler"), "c": (1, "GPSampler"), "d": (3, "TPESampler")}
+    restored = pickle.loads(pickle.dumps(alike))           # the rung studies are rebuilt from the study
+    assert restored.shadows is None and restored.proposals == alike.proposals and alike.proposals % 2 == 0
+    restored.suggest("e")                                   # the next proposal: the GP's turn
+    assert restored.pending["e"][0] == 1 and restored.agreement(1, 3) == 1.0
+
+    misled = searcher_with(lambda low: -low)               # the top rung orders them the other way
+    assert misled.agreement(1, 3) == 0.0 and misled.gp_rung(3, {1: 24, 3: 10}) == 3
+    misled.suggest("a")
+    assert misled.pending["a"][0] == 3
