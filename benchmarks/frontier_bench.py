@@ -236,6 +236,33 @@ def budget(bench: str) -> float:
     return 100 * full / WORKERS
 
 
+# ------------------------------------------------------------------ curve files
+
+def read_curves(path: str | Path) -> dict:
+    """A curves file (frontier_peers.py --out, search_frontier.py --save): JSON, gzipped where
+    the name ends in .gz (as the committed pieces in data/frontier_pieces/ are)."""
+    path = Path(path)
+    if path.suffix == ".gz":
+        with gzip.open(path, "rt") as f:
+            return json.load(f)
+    return json.loads(path.read_text())
+
+
+def write_curves(path: str | Path, curves: dict) -> None:
+    """Writes what read_curves reads; gzipped where the name ends in .gz (a step curve on a
+    200-point grid repeats its values, so it packs about 15 to 1). Written whole, then renamed,
+    so an interrupted run leaves the previous file, not half of one."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".part")
+    text = json.dumps(curves)
+    if path.suffix == ".gz":
+        with gzip.open(tmp, "wt") as f:
+            f.write(text)
+    else:
+        tmp.write_text(text)
+    tmp.replace(path)
+
+
 if __name__ == "__main__":   # the budgets, as the docs state them
     for b in BENCHMARKS:
         print(b, EPOCHS[b], "epochs,", round(budget(b), 3), "units", file=sys.stdout)

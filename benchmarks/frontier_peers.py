@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import heapq
 import itertools
-import json
 import logging
 import math
 import os
@@ -215,7 +214,7 @@ def main() -> None:
             out["seconds"].setdefault(method, {})[bench] = round(time.monotonic() - t, 1)
             print(f"{method} {bench}: final regret {np.mean([c[-1] for c in curves]):.4f} over {len(curves)} seeds "
                   f"({time.monotonic() - t:.0f} s) [{time.monotonic() - t0:.0f} s]", flush=True)
-            Path(args.out).write_text(json.dumps(out))
+            fb.write_curves(args.out, out)
 
 if __name__ == "__main__":
     main()

@@ -309,6 +309,36 @@ def ratio_of_means(a: list[float], b: list[float], rng: np.random.Generator,
     return float(x.mean() / y.mean()), float(np.percentile(ratios, 2.5)), float(np.percentile(ratios, 97.5))
 
 
+def geometric_ratio(pairs: dict[str, tuple[list[float], list[float]]], rng: np.random.Generator,
+                    n: int = 4000) -> tuple[float, float, float]:
+    """The geometric mean over benchmarks of mean(a) / mean(b), each paired by seed, with a 95 %
+    bootstrap interval (each replicate resamples every benchmark's seeds): one figure for "which
+    is ahead over the benchmarks", each benchmark weighing alike."""
+    logs, reps = [], np.zeros(n)
+    for a, b in pairs.values():
+        x, y = np.asarray(a), np.asarray(b)
+        idx = rng.integers(0, len(x), (n, len(x)))
+        logs.append(math.log(x.mean() / y.mean()))
+        reps += np.log(x[idx].mean(axis=1) / y[idx].mean(axis=1))
+    reps /= len(pairs)
+    return (math.exp(sum(logs) / len(logs)), float(np.exp(np.percentile(reps, 2.5))),
+            float(np.exp(np.percentile(reps, 97.5))))
+
+
+def mode_ahead(per_bench: dict[str, list[float] | None], overall: tuple[float, float, float] | None) -> str:
+    """Which ASHA mode the benchmark shows ahead, from the paired area ratios promotion / stopping
+    (mid, low, high) per benchmark and over them (geometric_ratio): a mode significantly ahead on
+    at least one benchmark and significantly behind on none; where each is significantly ahead
+    somewhere, the one the geometric mean's interval favours; else "neither" (the default stays)."""
+    got = [v for v in per_bench.values() if v is not None]
+    promo, stop = any(v[2] < 1 for v in got), any(v[1] > 1 for v in got)
+    if promo != stop:
+        return "promotion" if promo else "stopping"
+    if promo and overall is not None and (overall[2] < 1 or overall[1] > 1):
+        return "promotion" if overall[2] < 1 else "stopping"
+    return "neither"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seeds", type=int, default=30)
@@ -348,12 +378,13 @@ def main() -> None:
     rng = np.random.default_rng(0)
     t0 = time.monotonic()
     table: dict[str, dict] = {}
+    mode_area: dict[str, tuple[list[float], list[float]]] = {}
     curves: dict[str, dict[str, np.ndarray]] = {}
     ours = list(methods)
     peers: dict[str, dict[str, list]] = {}
     numbered: dict[str, dict[str, list]] = {}   # (seed number or None, curve) per method and benchmark
     for path in args.peers:
-        got = json.loads(Path(path).read_text())
+        got = fb.read_curves(path)
         for b, u in got["units"].items():
             if b in units_of and (abs(u - units_of[b]) > 1e-9 or got["grid"] != GRID):
                 ap.error(f"--peers {path}: {b} written for a budget of {u} units, this run has {units_of[b]}")
@@ -401,6 +432,9 @@ def main() -> None:
             if by_bench.get(bench):
                 grids[w] = [np.asarray(c) for c in by_bench[bench]]
         area = {w: [float(g.mean()) for g in grids[w]] for w in methods}
+        if all(m in area for m in MODES):
+            n = min(len(area[m]) for m in MODES)
+            mode_area[bench] = (area[MODES[1]][:n], area[MODES[0]][:n])   # (promotion, stopping), by seed
         final = {w: [float(g[-1]) for g in grids[w]] for w in methods}
         grid_t = np.linspace(0, units, GRID)
         reach = {w: [float(grid_t[np.argmax(g <= TARGET_REGRET)]) if (g <= TARGET_REGRET).any() else math.inf
@@ -434,8 +468,8 @@ def main() -> None:
                     print(f"  {k.replace('_over_this', '')} / {w}: {v[0]:.3f} [{v[1]:.3f}, {v[2]:.3f}]{few}")
         print()
     if args.save:
-        Path(args.save).write_text(json.dumps({"units": {b: units_of[b] for b in benches}, "grid": GRID,
-                                               "curves": ran, "seeds": {w: {b: seeds for b in by} for w, by in ran.items()}}))
+        fb.write_curves(args.save, {"units": {b: units_of[b] for b in benches}, "grid": GRID, "curves": ran,
+                                    "seeds": {w: {b: seeds for b in by} for w, by in ran.items()}})
         print(f"curves of {', '.join(ran) or 'nothing'} written to {args.save}")
     if args.plot:
         import matplotlib
@@ -463,10 +497,17 @@ def main() -> None:
               f"{warm['final_warm_minus_cold']} (final)  [{time.monotonic() - t0:.0f} s]")
     # Promotion ahead of stopping, both under the default's searcher (MODES): significantly ahead
     # on at least one benchmark and significantly behind on none (paired area ratios promotion /
-    # stopping).  The default's mode is meant to be the one this finds ahead.
+    # stopping).  The default's mode is meant to be the one mode_ahead names.
     mode_ratio = {b: table[b].get(MODES[0], {}).get(f"area_ratio_{MODES[1]}_over_this") for b in benches}
     promotion_ahead = (all(v is not None and v[1] <= 1 for v in mode_ratio.values())
                        and any(v is not None and v[2] < 1 for v in mode_ratio.values()))
+    mode_areas = {b: mode_area[b] for b in benches if b in mode_area}
+    overall = geometric_ratio(mode_areas, rng) if mode_areas else None
+    ahead_mode = mode_ahead(mode_ratio, overall)
+    if overall is not None:
+        print(f"ASHA modes, promotion / stopping over {len(mode_areas)} benchmarks (geometric mean of the paired "
+              f"area ratios): {overall[0]:.3f} [{overall[1]:.3f}, {overall[2]:.3f}]; ahead: {ahead_mode}; "
+              f"the default: {MODES[1].split('_')[1]}")
     others = [w for w in all_methods if not w.startswith("ours")]
     judged = {b: [w for w in others if f"area_ratio_{OURS}_over_this" in table[b].get(w, {})] for b in benches}
     too_few = {b: [w for w in judged[b] if min(table[b][w]["seeds"], table[b][OURS]["seeds"]) < args.min_seeds_judged]
@@ -485,6 +526,7 @@ def main() -> None:
                                  "benchmarks_run": benches, "table": table,
                                  "promotion_ahead_of_stopping": promotion_ahead, "modes_compared": MODES,
                                  "promotion_over_stopping": mode_ratio, "ours": OURS,
+                                 "promotion_over_stopping_overall": overall, "mode_ahead": ahead_mode,
                                  "target": "no peer's area significantly below ours (default mode) on any "
                                            f"benchmark, ours significantly below each peer's on {need} of them",
                                  "warm_start": warm, "peers_significantly_ahead": beaten, "ours_significantly_ahead_on": ahead,

@@ -1,6 +1,7 @@
 """The frontier benchmark's simulated clock (pausing, per-configuration costs) and its --smoke
 run, and the searcher-scale benchmark at small sizes."""
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -64,11 +65,36 @@ def test_frontier_smoke_run_prints_a_bench_line():
         assert set(rows) == set(sf.DEFAULT_METHODS)
         assert all(0 <= row["area"][0] <= 1 for row in rows.values())
     assert isinstance(bench["promotion_ahead_of_stopping"], bool)
+    assert bench["mode_ahead"] in ("promotion", "stopping", "neither")
+    lo, mid, hi = sorted(bench["promotion_over_stopping_overall"])
+    assert mid == pytest.approx(bench["promotion_over_stopping_overall"][0])
     # The modes are compared under the default's own searcher, on every benchmark run.
     assert bench["modes_compared"] == [sf.OURS.replace("promotion", "stopping"), sf.OURS] == list(sf.MODES)
     assert set(bench["promotion_over_stopping"]) == ran
     for b, (mid, lo, hi) in bench["promotion_over_stopping"].items():
         assert lo <= mid <= hi and mid == bench["table"][b][sf.MODES[0]][f"area_ratio_{sf.OURS}_over_this"][0]
+
+
+def test_the_mode_ahead_is_the_one_significantly_ahead_somewhere_and_behind_nowhere_else_the_overall_one():
+    """Ratios are promotion / stopping (mid, low, high): below 1, promotion is ahead.  Where each
+    mode is significantly ahead on some benchmark, the geometric mean over benchmarks decides, and
+    where its interval holds 1 neither is ahead (the default stays)."""
+    level, promo, stop = [1.0, 0.9, 1.1], [0.8, 0.7, 0.9], [1.2, 1.1, 1.3]
+    assert sf.mode_ahead({"a": promo, "b": level}, None) == "promotion"
+    assert sf.mode_ahead({"a": stop, "b": level, "c": None}, None) == "stopping"
+    assert sf.mode_ahead({"a": level, "b": level}, (1.0, 0.9, 1.1)) == "neither"
+    assert sf.mode_ahead({"a": promo, "b": stop}, (0.9, 0.85, 0.95)) == "promotion"
+    assert sf.mode_ahead({"a": promo, "b": stop}, (1.1, 1.05, 1.2)) == "stopping"
+    assert sf.mode_ahead({"a": promo, "b": stop}, (1.0, 0.9, 1.1)) == "neither"
+    assert sf.mode_ahead({"a": promo, "b": stop}, None) == "neither"
+    rng = np.random.default_rng(0)
+    b = list(rng.uniform(0.2, 0.6, 30))
+    twice, half = [2 * x for x in b], [x / 2 for x in b]
+    mid, lo, hi = sf.geometric_ratio({"x": (twice, b), "y": (half, b)}, rng)   # 2 and 1/2: level
+    assert mid == pytest.approx(1.0) and lo == pytest.approx(1.0) and hi == pytest.approx(1.0)
+    noisy = [x * f for x, f in zip(b, rng.uniform(0.6, 1.0, 30))]
+    mid, lo, hi = sf.geometric_ratio({"x": (noisy, b), "y": ([0.8 * x for x in b], b)}, rng)
+    assert lo < mid < hi < 1 and mid == pytest.approx(math.sqrt(np.mean(noisy) / np.mean(b) * 0.8))
 
 
 @pytest.mark.timeout(120)
@@ -83,16 +109,18 @@ def test_searcher_scale_times_suggestions_at_each_size():
 
 @pytest.mark.timeout(180)
 def test_peers_curves_from_their_own_environment_are_merged_paired_by_seed(tmp_path):
-    """frontier_peers.py writes curves on the same grid; a peer that never finds anything (regret
-    1 throughout) is one ours is significantly ahead of on both benchmarks.  A file written for
-    another budget is refused."""
+    """frontier_peers.py writes curves on the same grid (gzipped where the name ends in .gz); a peer
+    that never finds anything (regret 1 throughout) is one ours is significantly ahead of on both
+    benchmarks.  A file written for another budget is refused."""
     benches = ("h6_bias", "h6_good")
     units = {b: fb.budget(b) / 4 for b in benches}   # --smoke's
     flat = {b: [[1.0] * sf.GRID for _ in range(2)] for b in benches}
-    (tmp_path / "p.json").write_text(json.dumps({"units": units, "grid": sf.GRID, "curves": {"never": flat}}))
+    fb.write_curves(tmp_path / "p.json.gz", {"units": units, "grid": sf.GRID, "curves": {"never": flat}})   # gzipped,
+    assert (tmp_path / "p.json.gz").read_bytes()[:2] == b"\x1f\x8b"   # as the committed pieces are
+    assert not list(tmp_path.glob("*.part"))
     r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "search_frontier.py"), "--smoke", "--methods",
                         f"ours_stopping,{sf.OURS}", "--benchmarks", ",".join(benches), "--peers",
-                        str(tmp_path / "p.json"), "--min-seeds-judged", "2"],   # judged at --smoke's two seeds
+                        str(tmp_path / "p.json.gz"), "--min-seeds-judged", "2"],   # judged at --smoke's two seeds
                        capture_output=True, text=True, timeout=170, cwd=ROOT, check=False)
     assert r.returncode == 0, r.stderr[-3000:]
     bench = json.loads(r.stdout.strip().splitlines()[-1].removeprefix("BENCH "))
