@@ -97,6 +97,35 @@ def test_the_mode_ahead_is_the_one_significantly_ahead_somewhere_and_behind_nowh
     assert lo < mid < hi < 1 and mid == pytest.approx(math.sqrt(np.mean(noisy) / np.mean(b) * 0.8))
 
 
+def test_the_target_is_met_only_with_every_peer_judged_on_every_benchmark():
+    """A table with no peers in it met the target once (every condition held for an empty set):
+    each peer the issue names must be judged on every benchmark, none ahead of ours, ours ahead of
+    each on two."""
+    key = f"area_ratio_{sf.OURS}_over_this"
+    ahead, level, behind = [0.8, 0.7, 0.9], [1.0, 0.9, 1.1], [1.2, 1.1, 1.3]
+
+    def table(peers, ratio=lambda w, b: ahead if b in ("h6_good", "digits") else level, seeds=30):
+        return {b: {sf.OURS: {"seeds": 30}, **{w: {key: ratio(w, b), "seeds": seeds} for w in peers}}
+                for b in sf.BENCHMARKS}
+
+    benches, peers = list(sf.BENCHMARKS), list(sf.PEERS)
+    assert sf.verdict(table(peers), benches, peers, 10)["met"] is True
+    empty = sf.verdict(table([]), benches, [], 10)
+    assert empty["met"] is False and empty["peers_not_judged"]["digits"] == peers
+    few = sf.verdict(table(peers, seeds=5), benches, peers, 10)
+    assert few["met"] is False and few["too_few_seeds_to_judge"]["h6_bias"] == peers
+    one_ahead = sf.verdict(table(peers, lambda w, b: behind if (w, b) == ("dehb", "mfh6_bad") else ahead),
+                           benches, peers, 10)
+    assert one_ahead["met"] is False and one_ahead["peers_significantly_ahead"]["mfh6_bad"] == ["dehb"]
+    once = sf.verdict(table(peers, lambda w, b: ahead if b == "digits" else level), benches, peers, 10)
+    assert once["met"] is False and once["ours_significantly_ahead_on"]["syne_bohb"] == ["digits"]
+    short = table(peers)
+    del short["mfh6_good"]["syne_mobster"]
+    missing = sf.verdict(short, benches, peers, 10)
+    assert missing["met"] is False and missing["peers_not_judged"]["mfh6_good"] == ["syne_mobster"]
+    assert sf.verdict(table(peers), benches[:-1], peers, 10)["met"] is False   # a benchmark not run
+
+
 @pytest.mark.timeout(120)
 def test_searcher_scale_times_suggestions_at_each_size():
     r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "searcher_scale.py"), "--sizes", "20,40",
