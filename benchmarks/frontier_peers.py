@@ -2,6 +2,7 @@
 
     make peers-env     # .venv-peers: syne-tune 0.13.0, DEHB 0.1.2, mf-prior-bench 1.10.0
     .venv-peers/bin/python benchmarks/frontier_peers.py --seeds 0-9 --out /tmp/peers.json
+    (--out F.json.gz writes it gzipped, as the pieces committed in data/frontier_pieces/ are)
 
 Syne Tune 0.13.0's promotion-type ASHA, asynchronous BOHB, MOBSTER and Hyper-Tune run on its own
 simulated backend (UserBlackboxBackend with a Blackbox of frontier_bench.py's objective: a paused
