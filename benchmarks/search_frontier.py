@@ -52,6 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import frontier_bench as fb
+import frontier_peers as fp
 import search_efficiency as se
 
 from tuner.schema import Budget, SearchEntry
@@ -340,8 +341,7 @@ def mode_ahead(per_bench: dict[str, list[float] | None], overall: tuple[float, f
 
 
 # The peers the target names: Ray's stock pair (run here) and frontier_peers.py's METHODS.
-PEERS = ("ray_optuna_asha", "random_asha", "syne_asha_promotion", "syne_bohb", "syne_mobster", "syne_hypertune",
-         "dehb")
+PEERS = ("ray_optuna_asha", "random_asha", *fp.METHODS)
 NEED = 2   # benchmarks on which ours must be significantly ahead of each peer
 
 
@@ -527,11 +527,10 @@ def main() -> None:
     mode_ratio = {b: table[b].get(MODES[0], {}).get(f"area_ratio_{MODES[1]}_over_this") for b in benches}
     promotion_ahead = (all(v is not None and v[1] <= 1 for v in mode_ratio.values())
                        and any(v is not None and v[2] < 1 for v in mode_ratio.values()))
-    mode_areas = {b: mode_area[b] for b in benches if b in mode_area}
-    overall = geometric_ratio(mode_areas, rng) if mode_areas else None
+    overall = geometric_ratio(mode_area, rng) if mode_area else None
     ahead_mode = mode_ahead(mode_ratio, overall)
     if overall is not None:
-        print(f"ASHA modes, promotion / stopping over {len(mode_areas)} benchmarks (geometric mean of the paired "
+        print(f"ASHA modes, promotion / stopping over {len(mode_area)} benchmarks (geometric mean of the paired "
               f"area ratios): {overall[0]:.3f} [{overall[1]:.3f}, {overall[2]:.3f}]; ahead: {ahead_mode}; "
               f"the default: {MODES[1].split('_')[1]}")
     others = [w for w in all_methods if not w.startswith("ours")]
